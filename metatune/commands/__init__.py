@@ -1,0 +1,1 @@
+"""Implementations of the CLI sub-commands (kept apart from argument parsing)."""
