@@ -1,0 +1,68 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from metatune import __version__
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_version():
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"metatune {__version__}"
+
+
+def test_workloads_list_json():
+    data = json.loads(run("workloads", "list", "--json").stdout)
+    assert set(data["families"]) == {
+        "conv1d", "conv1d_transpose", "conv2d", "conv2d_transpose", "conv2d_winograd",
+        "depthwise_conv2d", "dense", "dense_bias_relu", "batch_matmul",
+    }
+    assert data["families"]["conv2d"]["params"] == ["n", "c", "h", "w", "k", "r", "s", "stride", "pad"]
+    assert len(data["suites"]["resnet18"]) == 13 and len(data["suites"]["quick"]) == 3
+
+
+def test_workloads_list_table_shows_families_and_suites():
+    out = run("workloads", "list").stdout
+    for name in ("conv1d_transpose", "batch_matmul", "resnet18", "quick"):
+        assert name in out
+
+
+@pytest.mark.parametrize(
+    "workload, fragment",
+    [
+        ("nosuchop:m=1", "unknown family"),
+        ("conv2d:n=1,c=3,h=2,w=2,k=4,r=7,s=7,stride=1,pad=1", "larger than the padded input"),
+        ("dense:m=1,n=2", "missing parameter"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(workload, fragment):
+    out = run("measure", workload, "--random", "2")
+    assert out.returncode == 2
+    assert fragment in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["workloads", "--help"], ["workloads", "list", "--help"], ["device", "--help"], ["measure", "--help"]):
+        out = run(*args)
+        assert out.returncode == 0 and "Usage" in out.stdout
+
+
+def test_device_json():
+    data = json.loads(run("device", "--json").stdout)
+    assert data["device_id"].startswith(data["arch"])
+    assert data["target"]["kind"] == "llvm" and data["num_cores"] >= 1
+
+
+def test_measure_json(tmp_path):
+    path = tmp_path / "m.json"
+    out = run("measure", "dense:m=16,n=16,k=16", "--random", "4", "--json", str(path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(path.read_text())
+    assert data["measured"] + sum(data["failures"].values()) == data["sampled"] == 4
+    assert len(data["candidates"]) == 4 and data["best_gflops"] > 0
