@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 workloads_app = typer.Typer(help="Operator families and named workload suites.", no_args_is_help=True)
 app.add_typer(workloads_app, name="workloads")
+dataset_app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
 
 
 def _version(value: bool) -> None:
@@ -106,6 +108,47 @@ def measure(
     from .commands.measure import run_measure
 
     run_measure(workload, random, seed, batch, verify, json_out)
+
+
+@dataset_app.command("build")
+def dataset_build(
+    spec: Path = typer.Option(..., help="Dataset spec (YAML), e.g. datasets/specs/default-cpu.yaml."),
+    out: Path = typer.Option(..., help="Dataset directory; re-running with the same directory resumes."),
+    runner: str = typer.Option("local", help="Where to run candidates: 'local'."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
+    batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
+    verify: bool = typer.Option(True, help="Check each build against NumPy before timing it."),
+) -> None:
+    """Sample workloads from a spec and measure random configurations into a TVM JSON database.
+
+    Resumable: a re-run continues where it stopped and never re-measures a recorded
+    configuration; killing it at any moment loses at most the batch in flight.
+    """
+    from .commands.dataset import run_build
+
+    run_build(spec, out, runner, workers, batch, verify)
+
+
+@dataset_app.command("info")
+def dataset_info(
+    directory: Path = typer.Argument(..., help="Dataset directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the dataset card as JSON."),
+) -> None:
+    """Summarise a dataset: counts per family and split, failures by kind, provenance."""
+    from .commands.dataset import run_info
+
+    run_info(directory, as_json)
+
+
+@dataset_app.command("export")
+def dataset_export(
+    directory: Path = typer.Argument(..., help="Dataset directory."),
+    out: Path = typer.Option(..., help="Directory for database_workload.json + database_tuning_record.json."),
+) -> None:
+    """Write all measured records as one MetaSchedule JSONDatabase (usable by TVM directly)."""
+    from .commands.dataset import run_export
+
+    run_export(directory, out)
 
 
 def main() -> None:

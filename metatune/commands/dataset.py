@@ -1,0 +1,49 @@
+"""`metatune dataset build | info | export`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from .. import MetatuneError
+from ..data.card import read_card
+
+
+def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batch: int, verify: bool) -> None:
+    from ..data.spec import load_spec
+
+    spec = load_spec(spec_path)  # every spec error surfaces here, before anything is measured
+    spec.training_workloads()
+    from ..data.builder import DatasetBuilder, summarize
+    from ..device import local_fingerprint
+    from ..measure import Measurer, MeasureSettings
+    from ..runners import make_runner
+
+    settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
+    runner_obj, fingerprint = make_runner(runner, settings)
+    measurer = Measurer(fingerprint.tvm_target(), settings, runner=runner_obj)
+    card = DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
+    typer.echo(summarize(card))
+
+
+def run_info(directory: Path, as_json: bool) -> None:
+    from ..data.builder import summarize
+
+    card = read_card(directory)
+    if card is None:
+        raise MetatuneError(f"{directory} is not a dataset (no card.json); build one with 'metatune dataset build'")
+    if as_json:
+        typer.echo(json.dumps(card, indent=2))
+    else:
+        typer.echo(summarize(card))
+
+
+def run_export(directory: Path, out: Path) -> None:
+    from ..data.store import DatasetStore
+
+    if read_card(directory) is None:
+        raise MetatuneError(f"{directory} is not a dataset (no card.json)")
+    wl, rec = DatasetStore(directory).export_tvm_database(out)
+    typer.echo(f"wrote {wl} and {rec}")
