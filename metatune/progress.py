@@ -1,14 +1,64 @@
-"""One progress-bar style for every long-running command (rich, with ETA)."""
+"""One progress display for every long-running command.
+
+On a terminal: a rich bar with count, elapsed time and ETA. Otherwise (logs, CI, a build
+running under nohup): one plain line at most every `interval_s`, so a log shows progress.
+"""
 
 from __future__ import annotations
+
+import sys
+import time
+from typing import Any
 
 from rich.progress import (
     BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
 
-def progress_bar(transient: bool = False) -> Progress:
-    """A bar with count, elapsed time, ETA and a free-text status field."""
+class PlainProgress:
+    """The subset of rich.progress.Progress the commands use, as periodic log lines."""
+
+    def __init__(self, interval_s: float = 30.0) -> None:
+        self.interval_s = interval_s
+        self.tasks: dict[int, dict[str, Any]] = {}
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for task_id in self.tasks:
+            self._print(task_id)
+
+    def add_task(self, description: str, total: float, completed: float = 0, **fields: Any) -> int:
+        task_id = len(self.tasks)
+        self.tasks[task_id] = {"description": description, "total": total, "completed": completed,
+                               "start": time.monotonic(), "start_completed": completed, "last": 0.0, **fields}
+        return task_id
+
+    def update(self, task_id: int, advance: float = 0, completed: float | None = None, **fields: Any) -> None:
+        task = self.tasks[task_id]
+        task["completed"] = completed if completed is not None else task["completed"] + advance
+        task.update(fields)
+        if time.monotonic() - task["last"] >= self.interval_s:
+            self._print(task_id)
+
+    def _print(self, task_id: int) -> None:
+        t = self.tasks[task_id]
+        t["last"] = time.monotonic()
+        elapsed = t["last"] - t["start"]
+        rate = (t["completed"] - t["start_completed"]) / elapsed if elapsed > 0 else 0.0
+        eta = (t["total"] - t["completed"]) / rate if rate > 0 else float("nan")
+        print(
+            f"{time.strftime('%H:%M:%S')} {t['description']}: {t['completed']:.0f}/{t['total']:.0f} "
+            f"elapsed {elapsed / 60:.1f} min, eta {eta / 60:.1f} min {t.get('status', '')}",
+            file=sys.stderr, flush=True,
+        )
+
+
+def progress_bar(transient: bool = False) -> Any:
+    """A rich bar on a terminal, periodic log lines otherwise; both take a `status` field."""
+    if not sys.stderr.isatty():
+        return PlainProgress()
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -17,7 +17,11 @@ def compute_counts(store: DatasetStore) -> dict:
         lambda: collections.defaultdict(collections.Counter)
     )
     kinds: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    per_workload: dict[str, dict] = {}
     for ws in store:
+        per_workload[ws.workload.key] = {
+            "split": ws.split, "records": ws.num_records, "failures": len(ws.failures), "complete": ws.sealed,
+        }
         c = counts[ws.workload.family][ws.split]
         c["workloads"] += 1
         c["complete"] += int(ws.sealed)
@@ -38,6 +42,7 @@ def compute_counts(store: DatasetStore) -> dict:
         "counts": plain,
         "failures_by_kind": {fam: dict(k) for fam, k in kinds.items()},
         "totals": {k: totals.get(k, 0) for k in ("workloads", "complete", "records", "failures")},
+        "workloads": per_workload,
     }
 
 

@@ -1,0 +1,145 @@
+"""Dataset specs, the crash-safe store and the resumable builder (real measurements)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from metatune.data.card import compute_counts, read_card
+from metatune.data.spec import SpecError, load_spec
+from metatune.data.store import RECORD_FILE, DatasetStore
+
+TINY_SPEC = """
+name: tiny
+seed: 1
+samples_per_workload: {samples}
+max_gflop: 0.01
+families:
+  dense:
+    workloads: 2
+    params: {{m: {{choices: [16, 32]}}, n: {{choices: [32, 64]}}, k: {{choices: [16, 32]}}}}
+held_out:
+  workloads: ["dense:m=8,n=8,k=8"]
+"""
+
+
+def write_spec(tmp_path: Path, samples: int = 12, text: str | None = None) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text if text is not None else TINY_SPEC.format(samples=samples))
+    return path
+
+
+def cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True, **kw)
+
+
+@pytest.mark.parametrize(
+    "replace, fragment",
+    [
+        (("dense:", "densely:"), "unknown family 'densely'"),
+        (("k: {choices: [16, 32]}", "k: [64, 8]"), "range of 'k' is empty"),
+        (("samples_per_workload: 12\n", ""), "samples_per_workload: Field required"),
+        (("n: {choices: [32, 64]}, ", ""), "missing n"),
+        (("m: {choices: [16, 32]}", "m: {choices: [16, 32]}, q: 3"), "unknown q"),
+        (("dense:m=8,n=8,k=8", "dense:m=8,n=8"), "missing parameter"),
+        (("max_gflop: 0.01", "max_gflop: 0.000001"), "only 0 of 2 valid shapes"),
+    ],
+)
+def test_bad_specs_are_rejected_before_measuring(tmp_path, replace, fragment):
+    spec = write_spec(tmp_path, text=TINY_SPEC.format(samples=12).replace(*replace))
+    out = cli("dataset", "build", "--spec", str(spec), "--out", str(tmp_path / "ds"), timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert fragment in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "ds").exists(), "nothing may be written for a bad spec"
+
+
+def test_held_out_never_in_training(tmp_path):
+    spec = load_spec(Path(__file__).parents[1] / "datasets/specs/default-cpu.yaml")
+    held = {w.key for w in spec.held_out_workloads()}
+    train = {w.key for w in spec.training_workloads()}
+    assert held and train and not (held & train)
+    assert {w.key for w in spec.held_out_workloads()} >= {str(w) for w in __import__("metatune.workloads").workloads.get_suite("resnet18")}
+    families = {w.split(":")[0] for w in train}
+    assert len(families) == 9 and len(train) >= 64
+
+
+def test_torn_line_is_cut_on_load(tmp_path):
+    from metatune.data.store import WorkloadStore
+    from metatune.workloads import Workload
+
+    store = WorkloadStore(tmp_path / "w", Workload.parse("dense:m=2,n=2,k=2"), "train")
+    path = store.dir / RECORD_FILE
+    path.write_text('[0,[1,[0.1]]]\n[0,[2,[0.2]]]\n[0,[3,[0.')  # died mid-append
+    again = WorkloadStore(tmp_path / "w")
+    assert again.num_records == 2
+    assert path.read_text().endswith("]]\n")
+
+
+def _snapshot(directory: Path) -> dict[str, list[str]]:
+    """Config keys of every record on disk, per workload (what was reported measured)."""
+    return {ws.workload.key: ws.record_keys() for ws in DatasetStore(directory)}
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
+    spec = write_spec(tmp_path, samples=16)
+    out = tmp_path / "ds"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "metatune.cli", "dataset", "build", "--spec", str(spec), "--out", str(out), "--batch", "4"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline:  # kill once some, but not all, records exist
+        n = sum(len(v) for v in _snapshot(out).values()) if out.exists() else 0
+        if n >= 6:
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _snapshot(out)
+    assert 6 <= sum(len(v) for v in before.values()) < 48
+
+    done = cli("dataset", "build", "--spec", str(spec), "--out", str(out), "--batch", "4", timeout=600)
+    assert done.returncode == 0, done.stderr
+    after = _snapshot(out)
+    for key, keys in before.items():
+        assert keys == after[key][: len(keys)], "a record reported measured was lost or rewritten"
+    for key, keys in after.items():
+        assert len(keys) == len(set(keys)), f"duplicate configuration in {key}"
+        ws = DatasetStore(out)
+        failures = next(w for w in ws if w.workload.key == key).failures
+        assert not ({f.key for f in failures} & set(keys)), "a configuration is both measured and failed"
+    assert all(len(v) == 16 for v in after.values())
+
+    card = read_card(out)
+    assert card["counts"] == compute_counts(DatasetStore(out))["counts"]
+    assert card["totals"]["records"] == 48 and card["totals"]["complete"] == 3
+
+    # MetaSchedule's own JSONDatabase reads the export, and a record re-applies to its workload.
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    assert cli("dataset", "export", str(out), "--out", str(tmp_path / "tvm")).returncode == 0
+    db = JSONDatabase(str(tmp_path / "tvm" / "database_workload.json"), str(tmp_path / "tvm" / "database_tuning_record.json"))
+    records = db.get_all_tuning_records()
+    assert len(records) == 48
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(records[0].workload.mod)
+    records[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    assert "T.parallel" in sch.mod.script() or "T.vectorized" in sch.mod.script()
+
+    info = cli("dataset", "info", str(out), "--json")
+    assert json.loads(info.stdout)["totals"]["records"] == 48
+
+
+def test_resume_refuses_another_spec(tmp_path):
+    spec = write_spec(tmp_path, samples=2)
+    out = tmp_path / "ds"
+    assert cli("dataset", "build", "--spec", str(spec), "--out", str(out), "--batch", "2", timeout=300).returncode == 0
+    other = write_spec(tmp_path, text=TINY_SPEC.format(samples=3))
+    res = cli("dataset", "build", "--spec", str(other), "--out", str(out), timeout=120)
+    assert res.returncode == 2 and "another spec" in res.stderr
