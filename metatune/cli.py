@@ -151,6 +151,84 @@ def dataset_export(
     run_export(directory, out)
 
 
+zoo_app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",
+                      no_args_is_help=True)
+app.add_typer(zoo_app, name="zoo")
+
+ZOO_OPTION = typer.Option(None, "--zoo", help="Zoo directory (default: $METATUNE_ZOO, else the shipped zoo/).")
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
+
+
+@zoo_app.command("list")
+def zoo_list(zoo: Optional[Path] = ZOO_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """List the published checkpoints (device, version, template version, headline metrics)."""
+    from .commands.zoo import run_list
+
+    run_list(zoo, as_json)
+
+
+@zoo_app.command("show")
+def zoo_show(
+    checkpoint: str = typer.Argument(..., help="DEVICE_ID/VERSION, or DEVICE_ID for its newest version."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show one checkpoint's card: device, dataset, metrics, checksum, versions."""
+    from .commands.zoo import run_show
+
+    run_show(zoo, checkpoint, as_json)
+
+
+@zoo_app.command("verify")
+def zoo_verify(
+    checkpoint: Optional[str] = typer.Argument(None, help="Only this checkpoint (default: all)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Check files, sha256, card fields, template version and loading; exit 2 listing every problem."""
+    from .commands.zoo import run_verify
+
+    run_verify(zoo, checkpoint, as_json)
+
+
+@zoo_app.command("publish")
+def zoo_publish(
+    run_dir: Path = typer.Argument(..., help="Training run directory (model.safetensors + card.json)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    hf_repo: Optional[str] = typer.Option(None, "--hf-repo", help="Also upload to this Hugging Face repo OWNER/NAME."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Validate a run and add it under a new version (v1, v2, ...); never overwrites."""
+    from .commands.zoo import run_publish
+
+    run_publish(zoo, run_dir, as_json, hf_repo)
+
+
+@zoo_app.command("pull")
+def zoo_pull(
+    hf_repo: str = typer.Option(..., "--hf-repo", help="Hugging Face repo (OWNER/NAME) to import checkpoints from."),
+    revision: Optional[str] = typer.Option(None, help="Branch, tag or commit of the repo."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Import a Hub repo's checkpoints that are not in the zoo yet (needs huggingface_hub)."""
+    from .commands.zoo import run_pull
+
+    run_pull(zoo, hf_repo, revision, as_json)
+
+
+@zoo_app.command("resolve")
+def zoo_resolve(
+    device_id: Optional[str] = typer.Option(None, "--device-id", help="Device id (default: this machine)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Print the checkpoint a device would use: exact match, else the nearest device (with a warning)."""
+    from .commands.zoo import run_resolve
+
+    run_resolve(zoo, device_id, as_json)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
     try:
