@@ -151,6 +151,30 @@ def dataset_export(
     run_export(directory, out)
 
 
+@app.command()
+def train(
+    data: Path = typer.Option(..., help="Dataset directory (records + card.json)."),
+    config: Path = typer.Option(..., help="Training config, e.g. train/configs/x86_64-sapphirerapids-2c.yaml."),
+    out: Path = typer.Option(..., help="Run directory to write (weights, card, evaluation, curves)."),
+) -> None:
+    """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
+    from .training import run_train
+
+    run_train(data, config, out, echo=typer.echo)
+
+
+@app.command()
+def evaluate(
+    data: Path = typer.Option(..., help="Dataset directory."),
+    run: Path = typer.Option(..., help="A finished `metatune train` run directory."),
+    config: Optional[Path] = typer.Option(None, help="Override the run's evaluation settings with this config."),
+) -> None:
+    """Re-run the held-out evaluation table (metatune vs fine-tuning, scratch, XGBoost, ablation)."""
+    from .training import run_evaluate
+
+    run_evaluate(data, run, config, echo=typer.echo)
+
+
 zoo_app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",
                       no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")

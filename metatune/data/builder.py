@@ -37,8 +37,13 @@ class PlannedWorkload:
 
 
 def plan(spec: DatasetSpec) -> list[PlannedWorkload]:
-    """Training and held-out workloads interleaved, so a partial build has some of both."""
-    train = [PlannedWorkload(w, "train") for w in spec.training_workloads()]
+    """Families round-robin and held-out workloads interleaved, so that a partial build
+    (the build takes hours and resumes across machines) already covers every family and split."""
+    by_family: dict[str, list[Workload]] = {}
+    for w in spec.training_workloads():
+        by_family.setdefault(w.family, []).append(w)
+    round_robin = [ws[i] for i in range(max(map(len, by_family.values()))) for ws in by_family.values() if i < len(ws)]
+    train = [PlannedWorkload(w, "train") for w in round_robin]
     held = [PlannedWorkload(w, "heldout") for w in spec.held_out_workloads()]
     order: list[PlannedWorkload] = []
     while train or held:

@@ -1,0 +1,246 @@
+"""Encoded datasets: records → loop graphs (cached) → batches for the cost model.
+
+The cache keeps each program compactly: per loop its feature row, its super-graph slot and
+its parent loop. From that both encodings are rebuilt on the fly:
+* `supergraph`: every program on the shared template (fixed node count, shared edges;
+  absent slots are zero-feature placeholder nodes flagged by a presence bit);
+* `plain`: the program's own loop graph (root → for → for ..., for → interval), padded to
+  the batch's largest graph — the ablation without super-graph augmentation.
+Caches live in `DIR/cache/<template_version>/` (so a new template never reads an old
+cache) and are rebuilt when a workload's record count changes. Stored with safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .store import DatasetStore, WorkloadStore, workload_slug
+
+if TYPE_CHECKING:
+    from ..encode.supergraph import GraphEncoder, Template
+
+MODES = ("supergraph", "plain")
+
+
+@dataclass
+class GraphBatch:
+    """Dense node features [B, N, F], a block-diagonal edge_index over B*N nodes, a mask [B, N]."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    mask: torch.Tensor
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.x, self.edge_index, self.mask
+
+
+@dataclass
+class FeatureStats:
+    """Per-feature mean/std of real loops in the training set (travels with the checkpoint)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    @classmethod
+    def fit(cls, sets: Sequence["EncodedWorkload"]) -> "FeatureStats":
+        feats = torch.cat([w.features for w in sets])
+        return cls(feats.mean(0), feats.std(0).clamp(min=1e-3))
+
+
+@dataclass
+class EncodedWorkload:
+    """Compact encodings of one workload's measured configurations."""
+
+    key: str
+    family: str
+    split: str
+    features: torch.Tensor  # [total_loops, F] log-scaled loop context features
+    slots: torch.Tensor  # [total_loops] super-graph slot of each loop
+    parents: torch.Tensor  # [total_loops] parent loop (index within its program), -1 = root
+    ptr: torch.Tensor  # [G + 1] loop offsets of each program
+    log_thr: torch.Tensor  # [G] log2 GFLOPS of the median latency
+
+    def __len__(self) -> int:
+        return len(self.log_thr)
+
+    def program(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        return self.features[a:b], self.slots[a:b], self.parents[a:b]
+
+
+class GraphBuilder:
+    """Turns compact encodings into model batches for one encoding mode."""
+
+    def __init__(self, template: "Template", mode: str, stats: FeatureStats | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.template, self.mode, self.stats = template, mode, stats
+        self.num_features = len(template.features)
+        self.width = 3 + self.num_features + 1  # type one-hot, features, presence bit
+        s = template.num_slots
+        parents = torch.tensor(template.parents)
+        src = torch.cat([torch.where(parents >= 0, 1 + parents, torch.zeros_like(parents)), 1 + torch.arange(s)])
+        dst = torch.cat([1 + torch.arange(s), 1 + s + torch.arange(s)])
+        self._template_edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+
+    def _normalized(self, feats: torch.Tensor) -> torch.Tensor:
+        return feats if self.stats is None else (feats - self.stats.mean) / self.stats.std
+
+    def batch(self, w: EncodedWorkload, idx: Sequence[int] | torch.Tensor) -> GraphBatch:
+        idx = [int(i) for i in idx]
+        return self._supergraph(w, idx) if self.mode == "supergraph" else self._plain(w, idx)
+
+    @staticmethod
+    def _rows(w: EncodedWorkload, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Loop rows of the chosen programs, the batch position of each row, and loop counts."""
+        index = torch.as_tensor(idx, dtype=torch.long)
+        starts, counts = w.ptr[index], w.ptr[index + 1] - w.ptr[index]
+        graph = torch.repeat_interleave(torch.arange(len(idx)), counts)
+        first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        rows = torch.repeat_interleave(starts, counts) + torch.arange(int(counts.sum())) - first
+        return rows, graph, counts
+
+    def _supergraph(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
+        t = self.template
+        n, s, f = t.num_nodes, t.num_slots, self.num_features
+        rows, graph, _ = self._rows(w, idx)
+        slots = w.slots[rows]
+        x = torch.zeros(len(idx), n, self.width)
+        x[:, 0, 0] = 1.0
+        x[:, 0, -1] = 1.0
+        x[graph, 1 + slots, 1] = 1.0
+        x[graph, 1 + slots, -1] = 1.0
+        x[graph, 1 + s + slots, 2] = 1.0
+        x[graph, 1 + s + slots, 3 : 3 + f] = self._normalized(w.features[rows])
+        x[graph, 1 + s + slots, -1] = 1.0
+        offsets = (torch.arange(len(idx)) * n).repeat_interleave(self._template_edges.shape[1])
+        edges = self._template_edges.repeat(1, len(idx)) + offsets
+        return GraphBatch(x, edges, torch.ones(len(idx), n, dtype=torch.bool))
+
+    def _plain(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
+        rows, graph, counts = self._rows(w, idx)
+        n, f = 1 + 2 * int(counts.max()), self.num_features
+        local = rows - torch.repeat_interleave(w.ptr[torch.as_tensor(idx)], counts)  # loop index in its program
+        m = counts[graph]  # loops in the row's program
+        x = torch.zeros(len(idx), n, self.width)
+        x[:, 0, 0] = 1.0
+        x[graph, 1 + local, 1] = 1.0
+        x[graph, 1 + m + local, 2] = 1.0
+        x[graph, 1 + m + local, 3 : 3 + f] = self._normalized(w.features[rows])
+        mask = torch.arange(n)[None, :] < (1 + 2 * counts)[:, None]
+        x[..., -1] = mask.float()
+        parents = w.parents[rows]
+        base = graph * n
+        src = torch.cat([base + torch.where(parents >= 0, 1 + parents, torch.zeros_like(parents)), base + 1 + local])
+        dst = torch.cat([base + 1 + local, base + 1 + m + local])
+        return GraphBatch(x, torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]), mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+
+
+def _cache_path(directory: Path, version: str, store: WorkloadStore) -> Path:
+    return directory / "cache" / version / store.workload.family / f"{workload_slug(store.workload)}.safetensors"
+
+
+def encode_programs(encoder: "GraphEncoder", programs: Sequence, key: str, family: str, split: str,
+                    log_thr: Sequence[float]) -> EncodedWorkload:
+    """Compact encodings of postprocessed schedules (or PrimFuncs) of one workload."""
+    feats, slots, parents, ptr = [], [], [], [0]
+    for program in programs:
+        enc = encoder.analyse(program)
+        feats.append(torch.from_numpy(enc.features))
+        slots.append(torch.from_numpy(encoder.slots_of(enc)))
+        parents.append(torch.tensor([lp.parent for lp in enc.program.loops], dtype=torch.long))
+        ptr.append(ptr[-1] + len(enc.program.loops))
+    width = len(encoder.template.features)
+    return EncodedWorkload(
+        key=key, family=family, split=split,
+        features=torch.cat(feats) if feats else torch.zeros(0, width),
+        slots=torch.cat(slots) if slots else torch.zeros(0, dtype=torch.long),
+        parents=torch.cat(parents) if parents else torch.zeros(0, dtype=torch.long),
+        ptr=torch.tensor(ptr, dtype=torch.long), log_thr=torch.tensor(list(log_thr), dtype=torch.float32),
+    )
+
+
+def concat(a: EncodedWorkload, b: EncodedWorkload) -> EncodedWorkload:
+    """Programs of `a` followed by those of `b` (same workload)."""
+    return EncodedWorkload(
+        a.key, a.family, a.split, torch.cat([a.features, b.features]), torch.cat([a.slots, b.slots]),
+        torch.cat([a.parents, b.parents]), torch.cat([a.ptr, b.ptr[1:] + a.ptr[-1]]), torch.cat([a.log_thr, b.log_thr]),
+    )
+
+
+def log_throughput(flops: float, run_secs: Sequence[float]) -> float:
+    return math.log2(flops / float(np.median([float(x) for x in run_secs])) / 1e9)
+
+
+def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorkload:
+    """Replay each record's trace (postprocessors included) and extract its loops."""
+    from tvm.s_tir import Schedule
+
+    schedules, log_thr = [], []
+    for record in store.records():
+        sch = Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        schedules.append(sch)
+        log_thr.append(log_throughput(store.workload.flops, record.run_secs))
+    return encode_programs(encoder, schedules, store.workload.key, store.workload.family, store.split, log_thr)
+
+
+def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
+                 progress: bool = True) -> list[EncodedWorkload]:
+    """Every workload with records, from the cache when it is current, else encoded and cached."""
+    from safetensors.torch import load_file, save_file
+
+    from ..progress import progress_bar
+
+    stores = [s for s in DatasetStore(directory) if s.num_records >= min_records]
+    out: list[EncodedWorkload] = []
+    with progress_bar() as bar:
+        task = bar.add_task("encode", total=len(stores), status="")
+        for store in stores:
+            path = _cache_path(Path(directory), encoder.version, store)
+            meta = {"workload": store.workload.key, "split": store.split, "records": str(store.num_records),
+                    "template_version": encoder.version}
+            cached = None
+            if path.exists():
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt") as f:
+                    if f.metadata() == meta:
+                        cached = load_file(str(path))
+            if cached is None:
+                enc = encode_store(store, encoder)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tensors = {k: getattr(enc, k).contiguous() for k in ("features", "slots", "parents", "ptr", "log_thr")}
+                save_file(tensors, str(path), metadata=meta)
+                out.append(enc)
+            else:
+                out.append(EncodedWorkload(store.workload.key, store.workload.family, store.split, **cached))
+            bar.update(task, advance=1, status=store.workload.family)
+    return out
+
+
+def split_sets(encoded: Sequence[EncodedWorkload]) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
+    return [w for w in encoded if w.split == "train"], [w for w in encoded if w.split != "train"]
+
+
+def describe(encoded: Sequence[EncodedWorkload]) -> str:
+    by_split: dict[str, list[int]] = {}
+    for w in encoded:
+        by_split.setdefault(w.split, []).append(len(w))
+    return json.dumps({k: {"workloads": len(v), "programs": sum(v)} for k, v in by_split.items()})
+
+
+def iter_batches(n: int, size: int) -> Iterator[torch.Tensor]:
+    for i in range(0, n, size):
+        yield torch.arange(i, min(i + size, n))
