@@ -152,6 +152,20 @@ def dataset_export(
 
 
 @app.command()
+def encode(
+    workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
+    random: int = typer.Option(8, "--random", min=1, help="How many distinct random configurations to encode."),
+    seed: int = typer.Option(0, help="Seed for sampling configurations."),
+    show: bool = typer.Option(False, "--show", help="Print each graph: slots with roles and loop features."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file."),
+) -> None:
+    """Encode random schedules of one workload as super-graph program graphs."""
+    from .commands.encode import run_encode
+
+    run_encode(workload, random, seed, show, json_out)
+
+
+@app.command()
 def train(
     data: Path = typer.Option(..., help="Dataset directory (records + card.json)."),
     config: Path = typer.Option(..., help="Training config, e.g. train/configs/x86_64-sapphirerapids-2c.yaml."),

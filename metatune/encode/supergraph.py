@@ -1,0 +1,744 @@
+"""Loop graphs and the super-graph template (MetaTune §3).
+
+A program's *loop graph* has a `root` node, one `for` node per loop and one `interval` node
+per loop carrying that loop's context features (features.py); edges go root->for and
+for->for along the nesting, and for->interval.
+
+The *super-graph template* is the union of the loop graphs of every supported family and
+design space. Each loop of a program is put in a slot named by the role of the block it
+belongs to and the role of the loop in that block:
+
+    main/S1.2        the multi-level-tiled block, spatial axis 1 counted from the innermost
+                     (S0 is the fastest-varying output axis), tile level 2
+    main.init/S0.3   the same loop copied by decompose_reduction for the init block
+    main/R0.1        reduction axis 0 (innermost), tile level 1
+    main.write/a1    the main block's cache-write stage, its axis 1
+    pad/i2           the padding stage (pad_temp, data_pad, PaddedInput), axis i2
+    G/j.0            other stages keep their block and axis names
+
+Roles come from MetaSchedule's naming: `split` names loops `<axis>_<level>`, `fuse` names
+them `<a>_<b>_fused` (a fused loop takes the slot of its innermost constituent; the other
+constituents' slots stay empty), compute-at stages get loops `ax<i>` for their axis i, and
+`decompose_reduction` copies loops with the suffix `_init`. Slots that a program does not use
+are null nodes: zero features and mask 0. The template's edges are fixed (a chain per block
+role, init chains hanging below the last loop before the first reduction loop), so every
+augmented graph has the same nodes and edges; `edge_mask` says which template edges are
+real nesting edges of the program. Where a stage is attached (compute location) shows in
+its loops' top-down products rather than in the edges.
+
+The template is a reviewed, versioned definition (template_data.py, a Python module so that
+it ships with the package like any source file); its version is a hash of its definition. A program with a loop that has no slot raises `TemplateMismatch`
+naming the slot: add a workload that produces it to TEMPLATE_WORKLOADS and rebuild with
+`python -m metatune.encode.supergraph --rebuild` (a new version: retrain models).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from .. import MetatuneError
+from .features import FEATURE_NAMES, loop_features, owners
+from .loopgraph import Block, LoopProgram, extract
+
+if TYPE_CHECKING:
+    import torch
+    from torch_geometric.data import Data
+
+    from ..space import Candidate
+
+TEMPLATE_FORMAT = 1
+TEMPLATE_PATH = Path(__file__).with_name("template_data.py")
+REBUILD_HINT = (
+    "add a workload that produces it to TEMPLATE_WORKLOADS in metatune/encode/supergraph.py and run "
+    "`python -m metatune.encode.supergraph --rebuild` (this changes template_version: models trained "
+    "on the old template must be retrained)"
+)
+
+# One small shape per family: the design spaces (not the shapes) decide the loop structure.
+TEMPLATE_WORKLOADS = (
+    "conv1d:n=1,c=16,l=64,k=16,r=3,stride=1,pad=1",
+    "conv1d_transpose:n=1,c=16,l=32,k=8,r=4,stride=2,pad=1",
+    "conv2d:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1",
+    "conv2d_transpose:n=1,c=8,h=7,w=7,k=8,r=4,s=4,stride=2,pad=1",
+    "conv2d_winograd:n=1,c=8,h=8,w=8,k=8,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "dense:m=16,n=32,k=24",
+    "dense_bias_relu:m=16,n=32,k=24",
+    "batch_matmul:b=2,m=16,n=8,k=24",
+)
+
+NODE_TYPES = ("root", "for", "interval")
+NODE_FEATURES: tuple[str, ...] = tuple(f"is_{t}" for t in NODE_TYPES) + FEATURE_NAMES
+NODE_WIDTH = len(NODE_FEATURES)
+
+# Block roles shared across families.
+_PAD_BLOCKS = {"pad_temp", "data_pad", "PaddedInput"}
+_EPILOGUE = re.compile(r"^(compute(_\d+)?|T_relu|T_add)$")
+
+
+class TemplateMismatch(MetatuneError):
+    """A program whose loop structure does not fit the super-graph template."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles
+
+
+@dataclass(frozen=True)
+class LoopRole:
+    block: str  # block role, e.g. "main", "pad"
+    init: bool
+    axis: str  # e.g. "S1", "R0", "i2"
+    levels: tuple[int, ...]
+    source: str = ""  # init copies of another block's loop: that block's role
+
+    @property
+    def slot(self) -> str:
+        axis = f"{self.source}:{self.axis}" if self.source else self.axis
+        return f"{self.block}{'.init' if self.init else ''}/{axis}" + "".join(f".{x}" for x in self.levels)
+
+
+def _strip_iter_name(name: str) -> str:
+    stripped = name[2:] if name.startswith("v_") else name[1:] if name.startswith("v") else name
+    return f"a{stripped}" if stripped.isdigit() else stripped
+
+
+def axis_roles(block: Block, main: bool) -> list[str]:
+    """Role of each iteration variable: S<k>/R<k> (k counted from the innermost) for the main
+    block, the variable's own name otherwise."""
+    if not main:
+        return [_strip_iter_name(n) for n in block.iter_names]
+    n_spatial = sum(1 for r in block.iter_reduce if not r)
+    n_reduce = len(block.iter_reduce) - n_spatial
+    roles, s, r = [], 0, 0
+    for red in block.iter_reduce:
+        if red:
+            roles.append(f"R{n_reduce - 1 - r}")
+            r += 1
+        else:
+            roles.append(f"S{n_spatial - 1 - s}")
+            s += 1
+    return roles
+
+
+def block_roles(program: LoopProgram) -> dict[str, str]:
+    """Block family -> role; raises when two families would share a role."""
+    families = list(dict.fromkeys(b.family for b in program.blocks))
+    tiled = list(dict.fromkeys(b.family for b in program.blocks if b.tiled))
+    if len(tiled) > 1:
+        raise TemplateMismatch(
+            f"blocks {', '.join(tiled)} are all multi-level tiled; the template has one main block: {REBUILD_HINT}"
+        )
+    main = tiled[0] if tiled else None
+    roles: dict[str, str] = {}
+    for fam in families:
+        if fam == main:
+            role = "main"
+        elif main is not None and fam == f"{main}_global":
+            role = "main.write"
+        elif fam in _PAD_BLOCKS:
+            role = "pad"
+        elif _EPILOGUE.match(fam):
+            role = "epilogue"
+        else:
+            role = fam
+        roles[fam] = role
+    seen: dict[str, str] = {}
+    for fam, role in roles.items():
+        if role in seen:
+            raise TemplateMismatch(f"blocks {seen[role]} and {fam} would both take block role {role!r}: {REBUILD_HINT}")
+        seen[role] = fam
+    return roles
+
+
+@dataclass
+class _Vocabulary:
+    """Loop-name tokens of one block family: its axis names and ax<i> aliases -> axis role."""
+
+    roles: dict[str, str]
+    keys: tuple[str, ...]  # longest first
+    parsed: dict[str, tuple[bool, str, tuple[int, ...]]] = field(default_factory=dict)
+
+
+def _vocabulary(block: Block, main: bool) -> _Vocabulary:
+    roles: dict[str, str] = {}
+    for i, (name, role) in enumerate(zip(block.iter_names, axis_roles(block, main))):
+        # te names a loop `x` and its block variable `v_x`; rfactor names the variable `vx`.
+        roles[name[2:] if name.startswith("v_") else name[1:] if name.startswith("v") else name] = role
+        roles[f"ax{i}"] = role
+    return _Vocabulary(roles, tuple(sorted(roles, key=len, reverse=True)))
+
+
+def parse_loop_name(name: str, vocab: _Vocabulary) -> tuple[bool, str, tuple[int, ...]] | None:
+    """(init copy?, axis role, split levels) of a MetaSchedule loop name, None if unparseable."""
+    cached = vocab.parsed.get(name)
+    if cached is not None:
+        return cached
+    init = name.endswith("_init")
+    text = name[:-5] if init else name
+    items: list[tuple[str, list[int]]] = []
+    p, n = 0, len(text)
+    while p < n:
+        if text[p] == "_":
+            p += 1
+            continue
+        key = next(
+            (k for k in vocab.keys if text.startswith(k, p) and (p + len(k) == n or text[p + len(k)] == "_")), None
+        )
+        if key is not None:
+            items.append((vocab.roles[key], []))
+            p += len(key)
+            continue
+        if text.startswith("fused", p) and (p + 5 == n or text[p + 5] == "_") and items:
+            items = [items[-1]]  # a fused loop takes the slot of its innermost constituent
+            p += 5
+            continue
+        q = p
+        while q < n and text[q].isdigit():
+            q += 1
+        if q > p and items and (q == n or text[q] == "_"):
+            items[-1][1].append(int(text[p:q]))
+            p = q
+            continue
+        return None
+    if len(items) != 1:
+        return None
+    result = (init, items[0][0], tuple(items[0][1]))
+    vocab.parsed[name] = result
+    return result
+
+
+class _RoleCache:
+    """Vocabularies by (family, axis names) so repeated programs parse each name once."""
+
+    def __init__(self) -> None:
+        self.vocabularies: dict[tuple[Any, ...], _Vocabulary] = {}
+
+    def roles(self, program: LoopProgram, owner: Sequence[int]) -> list[LoopRole | str]:
+        """Each loop's role, or an error message for loops whose name cannot be parsed.
+
+        A loop `x_init` made by decompose_reduction is a copy of the update block's loop `x`
+        at the same place below the decomposition point: it takes that loop's role, in the
+        init block (`kernel_pack.init/main:S1.2` when it copies a main-block loop).
+        """
+        broles = block_roles(program)
+        loops = program.loops
+        reference: dict[str, Block] = {}
+        for b in program.blocks:  # the family member with the most axes names them all
+            ref = reference.get(b.family)
+            if ref is None or len(b.iter_names) > len(ref.iter_names):
+                reference[b.family] = b
+        copies = _init_copies(program)
+        out: list[LoopRole | str] = [""] * len(loops)
+        for loop in loops:
+            if loop.index in copies:
+                continue
+            block = program.blocks[owner[loop.index]]
+            ref = reference[block.family]
+            role = broles[block.family]
+            key = (role, ref.iter_names, ref.iter_reduce)
+            vocab = self.vocabularies.get(key)
+            if vocab is None:
+                vocab = self.vocabularies[key] = _vocabulary(ref, role == "main")
+            parsed = parse_loop_name(loop.name, vocab)
+            if parsed is None:
+                out[loop.index] = (
+                    f"loop {loop.name!r} of block {block.name!r} is not a MetaSchedule split/fuse/compute-at "
+                    f"name over its axes {sorted(vocab.roles)}"
+                )
+            else:
+                out[loop.index] = LoopRole(role, parsed[0], parsed[1], parsed[2])
+        for copy, original in copies.items():
+            src = out[original]
+            if isinstance(src, str):
+                out[copy] = src
+                continue
+            own = broles[program.blocks[owner[copy]].family]
+            out[copy] = LoopRole(own, True, src.axis, src.levels, "" if src.block == own else src.block)
+        return out
+
+
+def _init_copies(program: LoopProgram) -> dict[int, int]:
+    """init-block loop -> the update-block loop it copies (matched by name, in order)."""
+    loops = program.loops
+    result: dict[int, int] = {}
+    for ib in program.blocks:
+        if not ib.is_init:
+            continue
+        ub = next((b for b in program.blocks if b.family == ib.family and not b.is_init), None)
+        if ub is None:
+            continue
+        common = 0
+        while common < min(len(ib.chain), len(ub.chain)) and ib.chain[common] == ub.chain[common]:
+            common += 1
+        originals = ub.chain[common:]
+        j = 0
+        for li in ib.chain[common:]:
+            name = loops[li].name
+            if not name.endswith("_init"):
+                continue
+            while j < len(originals) and loops[originals[j]].name != name[:-5]:
+                j += 1
+            if j < len(originals):
+                result[li] = originals[j]
+                j += 1
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The template
+
+
+@dataclass(frozen=True)
+class Template:
+    """Slots (one `for` and one `interval` node each) and their fixed parent slots."""
+
+    slots: tuple[str, ...]
+    parents: tuple[int, ...]  # parent slot index, -1 for the root
+    features: tuple[str, ...] = FEATURE_NAMES
+    built_from: tuple[str, ...] = ()
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        return {
+            "format": TEMPLATE_FORMAT,
+            "features": list(self.features),
+            "slots": [[s, self.slots[p] if p >= 0 else "root"] for s, p in zip(self.slots, self.parents)],
+        }
+
+    @property
+    def version(self) -> str:
+        text = json.dumps(self.definition, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.slots)
+
+    @property
+    def num_nodes(self) -> int:
+        return 1 + 2 * len(self.slots)
+
+    @property
+    def num_edges(self) -> int:
+        return 2 * len(self.slots)
+
+    def for_node(self, slot: int) -> int:
+        return 1 + slot
+
+    def interval_node(self, slot: int) -> int:
+        return 1 + len(self.slots) + slot
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, **self.definition, "built_from": list(self.built_from)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Template":
+        if data.get("format") != TEMPLATE_FORMAT:
+            raise TemplateMismatch(f"super-graph template format {data.get('format')} is not {TEMPLATE_FORMAT}")
+        names = [s for s, _ in data["slots"]]
+        index = {s: i for i, s in enumerate(names)}
+        if len(index) != len(names):
+            raise TemplateMismatch("super-graph template lists a slot twice")
+        parents = []
+        for i, (name, parent) in enumerate(data["slots"]):
+            p = -1 if parent == "root" else index.get(parent, i)
+            if p >= i:
+                raise TemplateMismatch(f"super-graph template slot {name!r} has parent {parent!r}, not an earlier slot")
+            parents.append(p)
+        tpl = cls(tuple(names), tuple(parents), tuple(data["features"]), tuple(data.get("built_from", ())))
+        if "version" in data and data["version"] != tpl.version:
+            raise TemplateMismatch(
+                f"super-graph template says version {data['version']} but its definition hashes to {tpl.version}: "
+                "it was edited by hand; rebuild it with `python -m metatune.encode.supergraph --rebuild`"
+            )
+        return tpl
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> "Template":
+        """The shipped template, or one saved at `path` (.json or a template_data-style .py)."""
+        return cls.from_json(read_template_json(path or TEMPLATE_PATH))
+
+    def save(self, path: Path | None = None) -> None:
+        path = path or TEMPLATE_PATH
+        text = json.dumps(self.to_json(), indent=1)
+        if path.suffix == ".py":
+            text = _TEMPLATE_MODULE.format(json=text)
+        path.write_text(text + "\n")
+
+    def without(self, slot: str) -> "Template":
+        """The template minus one slot (its children re-hung on its parent): for tests."""
+        i = self.slots.index(slot)
+        keep = [j for j in range(len(self.slots)) if j != i]
+        remap = {j: k for k, j in enumerate(keep)}
+        parents = []
+        for j in keep:
+            p = self.parents[j]
+            p = self.parents[i] if p == i else p
+            parents.append(remap.get(p, -1))
+        return Template(tuple(self.slots[j] for j in keep), tuple(parents), self.features, self.built_from)
+
+
+_TEMPLATE_MODULE = '''"""The super-graph template: generated by `python -m metatune.encode.supergraph --rebuild`.
+
+Do not edit by hand (its version is a hash of the definition). A module rather than a data file
+so that it is installed with the package.
+"""
+
+TEMPLATE_JSON = r"""
+{json}
+"""'''
+
+
+def read_template_json(path: Path) -> dict[str, Any]:
+    """The template definition stored at `path`: JSON, or the TEMPLATE_JSON of a module."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        if path == TEMPLATE_PATH:
+            from . import template_data
+
+            text = template_data.TEMPLATE_JSON
+        else:
+            namespace: dict[str, Any] = {}
+            exec(compile(text, str(path), "exec"), namespace)
+            text = namespace["TEMPLATE_JSON"]
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the template from observed programs
+
+
+_MAIN_S_STAGE = (0, 1, 3, 5)  # SSRSRS: spatial tile levels 0,1 then R0, S2, R1, S3
+_MAIN_R_STAGE = (2, 4)
+
+
+def _axis_index(axis: str) -> int:
+    return int(axis[1:]) if axis[1:].isdigit() else 0
+
+
+def _slot_key(role: str, axis: str, levels: tuple[int, ...], axis_order: dict[str, int]) -> tuple[Any, ...]:
+    if role == "main":
+        level = levels[0] if levels else 99
+        stages = _MAIN_S_STAGE if axis.startswith("S") else _MAIN_R_STAGE
+        stage = stages[level] if level < len(stages) else 10 + level
+        return (stage, -_axis_index(axis), levels)  # outer axes (larger k) first
+    return (levels[0] if levels else 50, levels, axis_order[axis])
+
+
+@dataclass
+class _RoleObservation:
+    axes: dict[str, bool] = field(default_factory=dict)  # axis role -> ever a reduction; first-seen order
+    spatial: set[str] = field(default_factory=set)  # axes ever data-parallel (rfactor swaps them)
+    levels: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
+    reduction: bool = False
+    init_sources: set[str] = field(default_factory=set)  # roles whose loops its init copies
+
+
+def observe(programs: Iterable[LoopProgram]) -> dict[str, _RoleObservation]:
+    """Block roles, their axes and the split levels seen in a set of programs (in order)."""
+    cache = _RoleCache()
+    seen: dict[str, _RoleObservation] = {}
+    for program in programs:
+        owner = owners(program)
+        broles = block_roles(program)
+        for b in program.blocks:
+            obs = seen.setdefault(broles[b.family], _RoleObservation())
+            for axis, red in zip(axis_roles(b, broles[b.family] == "main"), b.iter_reduce):
+                obs.axes[axis] = obs.axes.get(axis, False) or red
+                obs.levels.setdefault(axis, set())
+                if not red:
+                    obs.spatial.add(axis)
+            obs.reduction |= b.is_reduction
+        for loop, role in zip(program.loops, cache.roles(program, owner)):
+            if isinstance(role, str):
+                raise TemplateMismatch(role)
+            if role.source:
+                seen[role.block].init_sources.add(role.source)
+            else:
+                seen[role.block].levels.setdefault(role.axis, set()).add(role.levels)
+    return seen
+
+
+def template_from_observations(seen: dict[str, _RoleObservation], built_from: Sequence[str] = ()) -> Template:
+    """Slots for every observed axis at every level its role can have, plus init copies.
+
+    Generalises beyond what was observed so that other shapes fit: the main block gets the
+    full grid of observed axes x observed tile levels; other stages get each axis unsplit
+    and split in two (parallel/vectorize rewriting fuses and splits root-level stages). An
+    init block gets a copy of each spatial slot of its block, and when it was seen copying
+    another block's loops (a stage decomposed inside the main nest), a copy of every slot of
+    that block and of the main block.
+    """
+    chains: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    orders: dict[str, dict[str, int]] = {}
+    for role, obs in seen.items():
+        axis_order = {a: i for i, a in enumerate(obs.axes)}
+        for axis in obs.levels:  # axes seen only through loop names
+            axis_order.setdefault(axis, len(axis_order))
+        wanted: set[tuple[str, tuple[int, ...]]] = set()
+        if role == "main":
+            for kind in ("S", "R"):
+                axes = [a for a in obs.axes if a.startswith(kind)]
+                levels = set().union(*(obs.levels.get(a, set()) for a in axes)) if axes else set()
+                wanted |= {(a, lv) for a in axes for lv in levels}
+        else:
+            for axis in obs.axes:
+                wanted |= {(axis, lv) for lv in obs.levels.get(axis, set()) | {(), (0,), (1,)}}
+        chains[role] = sorted(wanted, key=lambda al: _slot_key(role, al[0], al[1], axis_order))
+        orders[role] = axis_order
+    slots: list[str] = []
+    parents: list[int] = []
+    for role, obs in seen.items():
+        order = chains[role]
+        first = len(slots)
+        for i, (axis, lv) in enumerate(order):
+            slots.append(LoopRole(role, False, axis, lv).slot)
+            parents.append(-1 if i == 0 else first + i - 1)
+        if not obs.reduction:
+            continue
+        reduce_axes = {a for a, red in obs.axes.items() if red}
+        first_reduce = next((i for i, (a, _) in enumerate(order) if a in reduce_axes), None)
+        hang = -1 if not first_reduce else first + first_reduce - 1
+        copies = []
+        sources = obs.init_sources | ({"main"} if obs.init_sources and role != "main" else set())
+        for src in (r for r in seen if r in sources):  # outer stages' loops come first
+            copies += [LoopRole(role, True, a, lv, src).slot for a, lv in chains[src]]
+        # The main block is decomposed at its first reduction loop: only deeper loops are copied.
+        own = order[first_reduce:] if role == "main" and first_reduce is not None else order
+        copies += [LoopRole(role, True, a, lv).slot for a, lv in own if a in obs.spatial]
+        for i, name in enumerate(copies):
+            slots.append(name)
+            parents.append(hang if i == 0 else len(slots) - 2)
+    return Template(tuple(slots), tuple(parents), FEATURE_NAMES, tuple(built_from))
+
+
+def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6,
+                   seed: int = 0) -> list[LoopProgram]:
+    """Postprocessed programs of every design space: its own decisions, every stage at root,
+    and a few random configurations."""
+    from ..device import local_fingerprint
+    from ..space import DesignSpaces, SearchSpace
+    from ..workloads import Workload
+
+    target = local_fingerprint().tvm_target()
+    rng = np.random.default_rng(seed)
+    programs: list[LoopProgram] = []
+    for text in workload_texts:
+        space = SearchSpace(DesignSpaces(Workload.parse(text), target))
+        for ks in space.knob_spaces:
+            at_root = ks.default._replace(
+                decisions=tuple(-1 if k.conditional else d for k, d in zip(ks.knobs, ks.default.decisions))
+            )
+            cands = [ks.schedule(at_root), ks.schedule(ks.default)]
+            cands += [ks.sample(rng) for _ in range(samples_per_space)]
+            programs += [extract(c.sch.mod["main"]) for c in cands if c is not None]
+    return programs
+
+
+def build_template(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6) -> Template:
+    return template_from_observations(observe(probe_programs(workload_texts, samples_per_space)), workload_texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+@dataclass
+class EncodedProgram:
+    """A program's loops with their features and roles (before any template is applied)."""
+
+    program: LoopProgram
+    owner: list[int]
+    features: np.ndarray  # (loops, NUM_FEATURES)
+    roles: list[LoopRole | str]  # a str explains why a loop has no role
+
+    @property
+    def slot_names(self) -> list[str]:
+        loops = self.program.loops
+        return [r.slot if isinstance(r, LoopRole) else f"?{loops[i].name}" for i, r in enumerate(self.roles)]
+
+
+def _func_of(source: Any) -> Any:
+    """The PrimFunc of a Candidate, Schedule, IRModule or PrimFunc."""
+    if hasattr(source, "sch"):
+        source = source.sch
+    if hasattr(source, "mod") and not hasattr(source, "functions"):
+        source = source.mod
+    if hasattr(source, "functions"):
+        source = source["main"]
+    return source
+
+
+class GraphEncoder:
+    """Scheduled programs -> torch_geometric graphs, with or without the super-graph."""
+
+    def __init__(self, template: Template | None = None) -> None:
+        import torch_geometric.data  # noqa: F401  (seconds to import: pay it here, not in the first encode)
+
+        self.template = template or Template.load()
+        self.version = self.template.version
+        self._index = {s: i for i, s in enumerate(self.template.slots)}
+        self._roles = _RoleCache()
+        t = self.template
+        src = [1 + p if p >= 0 else 0 for p in t.parents] + [t.for_node(i) for i in range(t.num_slots)]
+        dst = [t.for_node(i) for i in range(t.num_slots)] + [t.interval_node(i) for i in range(t.num_slots)]
+        self._edge_index = np.array([src, dst], dtype=np.int64)
+
+    def analyse(self, source: Any) -> EncodedProgram:
+        program = extract(_func_of(source))
+        owner = owners(program)
+        return EncodedProgram(program, owner, loop_features(program, owner), self._roles.roles(program, owner))
+
+    def slots_of(self, enc: EncodedProgram) -> np.ndarray:
+        """Template slot of each loop; raises TemplateMismatch naming the first missing slot."""
+        out = np.empty(len(enc.roles), dtype=np.int64)
+        used: dict[int, int] = {}
+        for i, role in enumerate(enc.roles):
+            if isinstance(role, str):
+                raise TemplateMismatch(f"{role}; it has no super-graph slot: {REBUILD_HINT}")
+            slot = self._index.get(role.slot)
+            if slot is None:
+                loop = enc.program.loops[i]
+                block = enc.program.blocks[enc.owner[i]]
+                raise TemplateMismatch(
+                    f"slot {role.slot!r} (loop {loop.name!r} of block {block.name!r}) is not in super-graph "
+                    f"template {self.version}: {REBUILD_HINT}"
+                )
+            if slot in used:
+                other = enc.program.loops[used[slot]].name
+                raise TemplateMismatch(
+                    f"loops {other!r} and {enc.program.loops[i].name!r} both map to slot {role.slot!r}: {REBUILD_HINT}"
+                )
+            used[slot] = i
+            out[i] = slot
+        return out
+
+    def augmented(self, source: Any, workload: str = "", knobs: np.ndarray | None = None, space: int = -1,
+                  enc: EncodedProgram | None = None) -> "Data":
+        """The program on the super-graph template: fixed nodes and edges, masks for real ones."""
+        import torch
+        from torch_geometric.data import Data
+
+        enc = enc or self.analyse(source)
+        slot = self.slots_of(enc)
+        t = self.template
+        s = t.num_slots
+        x = np.zeros((t.num_nodes, NODE_WIDTH), dtype=np.float32)
+        mask = np.zeros(t.num_nodes, dtype=bool)
+        x[0, 0] = 1.0
+        mask[0] = True
+        for_nodes = 1 + slot
+        interval_nodes = 1 + s + slot
+        x[for_nodes, 1] = 1.0
+        x[interval_nodes, 2] = 1.0
+        x[interval_nodes, 3:] = enc.features
+        mask[for_nodes] = True
+        mask[interval_nodes] = True
+        # A template edge is real when it is the loop's actual nesting edge.
+        edge_mask = np.zeros(t.num_edges, dtype=bool)
+        parents = t.parents
+        for i, lp in enumerate(enc.program.loops):
+            real_parent = slot[lp.parent] if lp.parent >= 0 else -1
+            if parents[slot[i]] == real_parent:
+                edge_mask[slot[i]] = True
+        edge_mask[s + slot] = True
+        return Data(
+            x=torch.from_numpy(x), edge_index=torch.from_numpy(self._edge_index.copy()),
+            mask=torch.from_numpy(mask), edge_mask=torch.from_numpy(edge_mask),
+            knobs=_knob_tensor(knobs), workload=workload, template_version=self.version, space=space,
+            num_nodes=t.num_nodes,
+        )
+
+    def plain(self, source: Any, workload: str = "", knobs: np.ndarray | None = None, space: int = -1,
+              enc: EncodedProgram | None = None) -> "Data":
+        """The program's own loop graph (the ablation without the super-graph)."""
+        import torch
+        from torch_geometric.data import Data
+
+        enc = enc or self.analyse(source)
+        loops = enc.program.loops
+        n = len(loops)
+        x = np.zeros((1 + 2 * n, NODE_WIDTH), dtype=np.float32)
+        x[0, 0] = 1.0
+        x[1 : 1 + n, 1] = 1.0
+        x[1 + n :, 2] = 1.0
+        x[1 + n :, 3:] = enc.features
+        src = [1 + lp.parent if lp.parent >= 0 else 0 for lp in loops] + [1 + i for i in range(n)]
+        dst = [1 + i for i in range(n)] + [1 + n + i for i in range(n)]
+        return Data(
+            x=torch.from_numpy(x), edge_index=torch.tensor([src, dst], dtype=torch.long),
+            mask=torch.ones(1 + 2 * n, dtype=torch.bool), edge_mask=torch.ones(2 * n, dtype=torch.bool),
+            knobs=_knob_tensor(knobs), workload=workload, template_version="", space=space, num_nodes=1 + 2 * n,
+        )
+
+    def encode_candidate(self, candidate: "Candidate", workload: str, knobs: np.ndarray | None = None,
+                         supergraph: bool = True) -> "Data":
+        """A postprocessed candidate as a graph; `knobs` is its configuration embedding."""
+        fn = self.augmented if supergraph else self.plain
+        return fn(candidate, workload=workload, knobs=knobs, space=candidate.space_index)
+
+
+def _knob_tensor(knobs: np.ndarray | None) -> "torch.Tensor":
+    import torch
+
+    if knobs is None:
+        return torch.zeros((1, 0), dtype=torch.float32)
+    return torch.as_tensor(np.asarray(knobs, dtype=np.float32)).reshape(1, -1)
+
+
+def describe(enc: EncodedProgram) -> list[str]:
+    """One line per loop, indented by nesting: slot, loop name, [extent], kind, unroll pragma,
+    top-down/bottom-up products and per buffer of its owner block touch/reuse/stride (features
+    are shown un-logged, 2**x - 1)."""
+    from .features import NUM_BUFFER_SLOTS, buffer_slots
+
+    kinds = {0: "serial", 1: "parallel", 2: "vector", 3: "unroll", 4: "thread"}
+    col = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    lines = []
+    for i, lp in enumerate(enc.program.loops):
+        f = enc.features[i]
+
+        def val(name: str) -> str:
+            return f"{round(2 ** float(f[col[name]]) - 1, 2):g}"
+
+        bufs = " ".join(
+            f"{acc.buffer}(t={val(f'buf{b}.touch')},r={val(f'buf{b}.reuse')},s={val(f'buf{b}.stride')})"
+            for b, acc in enumerate(buffer_slots(enc.program, enc.owner[i])[:NUM_BUFFER_SLOTS])
+        )
+        pragma = f" unroll<={lp.unroll_max_step}" if lp.unroll_max_step else ""
+        lines.append(
+            f"{'  ' * lp.depth}{enc.slot_names[i]} = {lp.name} [{lp.extent}] {kinds.get(lp.kind, lp.kind)}{pragma}"
+            f"  top={val('topdown')} bottom={val('bottomup')} {bufs}"
+        )
+    return lines
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Show or rebuild the super-graph template.")
+    parser.add_argument("--rebuild", action="store_true", help="probe TEMPLATE_WORKLOADS and rewrite the template")
+    args = parser.parse_args(argv)
+    if args.rebuild:
+        old = Template.load().version if TEMPLATE_PATH.exists() else None
+        tpl = build_template()
+        tpl.save()
+        print(f"template {old} -> {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, {tpl.num_edges} edges")
+    else:
+        tpl = Template.load()
+        print(f"template {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, {NODE_WIDTH} features per node")
+        for name, parent in tpl.definition["slots"]:
+            print(f"  {name:<28} <- {parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

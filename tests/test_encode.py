@@ -1,0 +1,337 @@
+"""Loop graphs, loop context features and the super-graph template."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
+from metatune.encode.loopgraph import extract
+from metatune.encode.supergraph import (
+    NODE_WIDTH, TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template, read_template_json,
+)
+from metatune.space import CATEGORICAL, DesignSpaces, SearchSpace
+from metatune.workloads import FAMILIES, Workload
+
+SMALL = {
+    "conv1d": "n=1,c=16,l=64,k=16,r=3,stride=1,pad=1",
+    "conv1d_transpose": "n=1,c=16,l=32,k=8,r=4,stride=2,pad=1",
+    "conv2d": "n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1",
+    "conv2d_transpose": "n=1,c=8,h=7,w=7,k=8,r=4,s=4,stride=2,pad=1",
+    "conv2d_winograd": "n=1,c=8,h=8,w=8,k=8,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d": "n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "dense": "m=16,n=32,k=24",
+    "dense_bias_relu": "m=16,n=32,k=24",
+    "batch_matmul": "b=2,m=16,n=8,k=24",
+}
+COLUMN = {name: 3 + i for i, name in enumerate(FEATURE_NAMES)}  # columns of x after the node type
+
+
+@functools.lru_cache(maxsize=None)
+def target():
+    from metatune.device import local_fingerprint
+
+    return local_fingerprint().tvm_target()
+
+
+@functools.lru_cache(maxsize=None)
+def search_space(family: str) -> SearchSpace:
+    return SearchSpace(DesignSpaces(Workload.parse(f"{family}:{SMALL[family]}"), target()))
+
+
+@functools.lru_cache(maxsize=None)
+def encoder() -> GraphEncoder:
+    return GraphEncoder()
+
+
+def log(x: float) -> float:
+    return math.log2(1 + x)
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk
+
+
+@pytest.mark.parametrize("family", ["conv2d", "conv2d_winograd", "dense_bias_relu"])
+def test_walk_finds_the_loops_tvm_reports(family):
+    from tvm.s_tir import Schedule
+
+    space = search_space(family)
+    for cand in space.sample_candidates(3, seed=4):
+        program = extract(cand.sch.mod["main"])
+        fresh = Schedule(cand.sch.mod)
+        for block in program.blocks:
+            tvm_loops = fresh.get_loops(fresh.get_sblock(block.name))
+            assert [program.loops[i].extent for i in block.chain] == [int(fresh.get(x).extent) for x in tvm_loops]
+            assert [program.loops[i].name for i in block.chain] == [fresh.get(x).loop_var.name for x in tvm_loops]
+        every_loop = {
+            fresh.get(x).__chandle__() for b in program.blocks for x in fresh.get_loops(fresh.get_sblock(b.name))
+        }
+        assert len(program.loops) == len(every_loop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Features against an independent reference (dense, design space without a cache write)
+
+M, N, K = 16, 32, 24
+
+
+def _dense_space():
+    space = search_space("dense")
+    ks = next(k for k in space.knob_spaces if not any(i.kind.name == "CacheWrite" for i in k.insts))
+    return space, ks
+
+
+def _dense_config(ks, i_tiles, j_tiles, k_tiles, unroll_index):
+    return ks.default._replace(decisions=(tuple(i_tiles), tuple(j_tiles), tuple(k_tiles), unroll_index))
+
+
+def _reference(i_t, j_t, k_t, unroll_step):
+    """Expected features per slot, derived from the tiles alone.
+
+    The outer tiles are chosen so that RewriteParallelVectorizeUnroll fuses i0 j0 i1 j1 into
+    one parallel loop (its product stays <= 32), which takes the slot of its innermost
+    constituent j1 (S0.1); the innermost j3 is vectorized; the unroll pragma sits on the
+    outermost loop.
+    """
+    inner = lambda t, level: math.prod(t[level + 1 :])  # noqa: E731
+    strides = {  # element strides per (axis, level) in T[i, j], data[i, k], weight[j, k]
+        ("i", lv): (N * inner(i_t, lv), K * inner(i_t, lv), 0) for lv in range(4)
+    } | {("j", lv): (inner(j_t, lv), 0, K * inner(j_t, lv)) for lv in range(4)} | {
+        ("k", lv): (0, inner(k_t, lv), inner(k_t, lv)) for lv in range(2)
+    }
+    assert i_t[0] * j_t[0] * i_t[1] * j_t[1] <= 32 and j_t[1] > 1 and j_t[3] > 1
+    fused = dict(ext=i_t[0] * j_t[0] * i_t[1] * j_t[1], kind="parallel", strides=strides[("j", 1)], slot="main/S0.1")
+    update = [fused] + [
+        dict(ext=t[lv], kind="vectorized" if (ax, lv) == ("j", 3) else "serial", strides=strides[(ax, lv)],
+             slot=f"main/{ {'i': 'S1', 'j': 'S0', 'k': 'R0'}[ax] }.{lv}".replace(" ", ""))
+        for ax, lv, t in [("k", 0, k_t), ("i", 2, i_t), ("j", 2, j_t), ("k", 1, k_t), ("i", 3, i_t), ("j", 3, j_t)]
+    ]
+    init = [
+        dict(ext=t[lv], kind="vectorized" if ax == "j" and lv == 3 else "serial", strides=strides[(ax, lv)][:1],
+             slot=f"main.init/{'S1' if ax == 'i' else 'S0'}.{lv}")
+        for ax, lv, t in [("i", 2, i_t), ("j", 2, j_t), ("i", 3, i_t), ("j", 3, j_t)]
+    ]
+    expected: dict[str, dict[str, float]] = {}
+    for chain, prefix in ((update, 1), (init, fused["ext"])):
+        topdown = prefix
+        for pos, loop in enumerate(chain):
+            if chain is init or pos > 0:
+                topdown *= loop["ext"]
+            else:
+                topdown = loop["ext"]
+            bottom = math.prod(x["ext"] for x in chain[pos:])
+            f = {name: 0.0 for name in FEATURE_NAMES}
+            f["length"] = log(loop["ext"])
+            f[loop["kind"]] = 1.0
+            if pos == 0 and chain is update and unroll_step:
+                f["unroll_max_step"], f["unroll_explicit"] = log(unroll_step), 1.0
+            f["topdown"], f["bottomup"] = log(topdown), log(bottom)
+            for b, stride in enumerate(loop["strides"]):
+                touch = math.prod(x["ext"] for x in chain[pos:] if x["strides"][b])
+                f[f"buf{b}.touch"], f[f"buf{b}.reuse"] = log(touch), log(bottom / touch)
+                f[f"buf{b}.stride"] = log(abs(stride))
+            expected[loop["slot"]] = f
+    return expected
+
+
+def _interval_features(data, enc, slot):
+    return data.x[enc.template.interval_node(enc.template.slots.index(slot))].numpy()
+
+
+def test_dense_features_match_an_independent_reference():
+    _, ks = _dense_space()
+    enc = encoder()
+    for tiles, unroll in [(((1, 1, 2, 8), (1, 2, 4, 4), (4, 6)), 1), (((1, 2, 8, 1), (1, 8, 2, 2), (24, 1)), 0)]:
+        cand = ks.schedule(_dense_config(ks, *tiles, unroll), strict=True)
+        assert cand is not None
+        data = enc.augmented(cand)
+        expected = _reference(*tiles, ks.knobs[3].categories[unroll])
+        assert int(data.mask.sum()) == 1 + 2 * len(expected)
+        for slot, feats in expected.items():
+            got = _interval_features(data, enc, slot)
+            want = np.array([1 if n == "is_interval" else 0 for n in ("is_root", "is_for", "is_interval")]
+                            + [feats[n] for n in FEATURE_NAMES], dtype=np.float32)
+            np.testing.assert_allclose(got, want, atol=1e-5, err_msg=slot)
+
+
+def test_changing_one_tile_changes_exactly_the_dependent_features():
+    _, ks = _dense_space()
+    enc = encoder()
+    a = ((1, 1, 2, 8), (1, 2, 4, 4), (4, 6))
+    b = ((1, 1, 4, 4), (1, 2, 4, 4), (4, 6))  # one knob: the inner tiles of i
+    xa = enc.augmented(ks.schedule(_dense_config(ks, *a, 0), strict=True)).x.numpy()
+    xb = enc.augmented(ks.schedule(_dense_config(ks, *b, 0), strict=True)).x.numpy()
+    ra, rb = _reference(*a, 0), _reference(*b, 0)
+    want = {(slot, name) for slot in ra for name in FEATURE_NAMES if not math.isclose(ra[slot][name], rb[slot][name])}
+    rows, cols = np.nonzero(~np.isclose(xa, xb))
+    tpl = enc.template
+    got = {(tpl.slots[r - 1 - tpl.num_slots], FEATURE_NAMES[c - 3]) for r, c in zip(rows, cols)}
+    assert got == want
+    lengths = {slot for slot, name in got if name == "length"}
+    assert lengths == {"main/S1.2", "main/S1.3", "main.init/S1.2", "main.init/S1.3"}
+    assert not any(name.startswith("buf2") for _, name in got if name != "buf2.reuse")  # weight ignores i
+
+
+# ---------------------------------------------------------------------------------------------
+# Graphs
+
+
+def test_encoding_is_deterministic():
+    space = search_space("conv2d")
+    enc = encoder()
+    for cand in space.sample_candidates(3, seed=9):
+        again = space.schedule(cand.config)
+        d1, d2 = enc.augmented(cand), enc.augmented(again)
+        assert np.array_equal(d1.x.numpy(), d2.x.numpy())
+        assert np.array_equal(d1.edge_index.numpy(), d2.edge_index.numpy())
+        assert np.array_equal(d1.mask.numpy(), d2.mask.numpy())
+        p1, p2 = enc.plain(cand), enc.plain(again)
+        assert np.array_equal(p1.x.numpy(), p2.x.numpy())
+        assert np.array_equal(p1.edge_index.numpy(), p2.edge_index.numpy())
+
+
+def test_supergraph_gives_every_family_the_same_structure():
+    enc = encoder()
+    tpl = enc.template
+    reference_edges = None
+    masks = set()
+    for family in sorted(SMALL):
+        space = search_space(family)
+        rng = np.random.default_rng(1)
+        for ks in space.knob_spaces:
+            cand = ks.sample(rng)
+            analysed = enc.analyse(cand)
+            data = enc.augmented(cand, workload=str(space.spaces.workload), knobs=space.embed(cand.config),
+                                 space=cand.space_index, enc=analysed)
+            assert data.x.shape == (tpl.num_nodes, NODE_WIDTH) and data.num_nodes == tpl.num_nodes
+            edges = data.edge_index.numpy()
+            if reference_edges is None:
+                reference_edges = edges
+            assert np.array_equal(edges, reference_edges)
+            loops = len(analysed.program.loops)
+            mask = data.mask.numpy()
+            assert mask.sum() == 1 + 2 * loops
+            assert not data.x.numpy()[~mask].any()  # null slots are all zero
+            assert data.edge_mask.numpy()[tpl.num_slots:].sum() == loops
+            assert data.template_version == tpl.version and data.workload == str(space.spaces.workload)
+            assert data.knobs.shape == (1, space.embedding_dim)
+            masks.add(mask.tobytes())
+            plain = enc.plain(cand, enc=analysed)
+            assert plain.num_nodes == 1 + 2 * loops and plain.edge_index.shape == (2, 2 * loops)
+            assert np.array_equal(np.sort(plain.x.numpy(), axis=0), np.sort(data.x.numpy()[mask], axis=0))
+    assert len(masks) > 9  # families and design spaces really differ
+
+
+def test_template_edges_form_a_tree_rooted_at_the_root():
+    tpl = encoder().template
+    dst = encoder()._edge_index[1]
+    assert sorted(dst.tolist()) == list(range(1, tpl.num_nodes))  # every node but the root has one parent
+    assert len(set(tpl.slots)) == tpl.num_slots
+    assert all(p < i for i, p in enumerate(tpl.parents))
+
+
+def test_graphs_batch_with_torch_geometric():
+    from torch_geometric.data import Batch
+
+    space = search_space("batch_matmul")
+    enc = encoder()
+    graphs = [enc.augmented(c, str(space.spaces.workload), space.embed(c.config), c.space_index)
+              for c in space.sample_candidates(4, seed=0)]
+    batch = Batch.from_data_list(graphs)
+    assert batch.x.shape == (4 * enc.template.num_nodes, NODE_WIDTH)
+    assert batch.knobs.shape == (4, space.embedding_dim)
+    assert batch.template_version == [enc.version] * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# The template
+
+
+def test_a_program_outside_the_template_names_the_missing_slot():
+    space = search_space("dense")
+    cand = space.sample(np.random.default_rng(0))
+    smaller = GraphEncoder(encoder().template.without("main/S0.3"))
+    with pytest.raises(TemplateMismatch, match=r"slot 'main/S0.3'.*--rebuild"):
+        smaller.augmented(cand)
+
+
+def test_a_new_operator_raises_instead_of_encoding_zeros():
+    """conv3d tiles five spatial axes; the template's main block has four."""
+    from tvm import te, topi
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.tvm_setup import import_tensor_intrinsics
+
+    import tvm
+
+    import_tensor_intrinsics()
+    data = te.placeholder((1, 4, 6, 6, 6), name="data")
+    weight = te.placeholder((4, 4, 3, 3, 3), name="weight")
+    func = te.create_prim_func([data, weight, topi.nn.conv3d_ncdhw(data, weight, 1, 1, 1, 1)])
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    ctx = ms.TuneContext(mod=mod, target=target(), space_generator="post-order-apply")
+    sch = ctx.space_generator.generate_design_space(mod)[0]
+    sch.enter_postproc()
+    assert all(p.apply(sch) for p in ctx.space_generator.postprocs)
+    # the first loop without a slot is the 5-D padding stage's or the main block's fifth axis
+    message = r"slot '(pad/i4|main/S4\.\d)' \(loop .*not in super-graph template.*--rebuild"
+    with pytest.raises(TemplateMismatch, match=message):
+        encoder().augmented(sch)
+    assert encoder().plain(sch).num_nodes > 1  # the ablation graph needs no template
+
+
+def test_template_version_is_a_hash_of_its_definition():
+    stored = read_template_json(TEMPLATE_PATH)
+    tpl = Template.load()
+    assert stored["version"] == tpl.version and len(tpl.version) == 12
+    assert NODE_WIDTH == 3 + NUM_FEATURES == len(stored["features"]) + 3
+    stored["slots"][-1][0] = "renamed/x"  # a leaf: the definition stays well formed
+    with pytest.raises(TemplateMismatch, match="edited by hand"):
+        Template.from_json(stored)
+    stored["slots"][-1][1] = "no/such/slot"
+    with pytest.raises(TemplateMismatch, match="not an earlier slot"):
+        Template.from_json(stored)
+    stored["slots"][-1][1] = stored["slots"][-2][0]
+    del stored["version"]
+    assert Template.from_json(stored).version != tpl.version
+
+
+@pytest.mark.slow
+def test_stored_template_is_what_the_build_produces():
+    assert build_template().definition == Template.load().definition
+
+
+def test_per_store_features_for_the_xgboost_baseline():
+    from metatune.encode.features import per_store_features
+
+    space = search_space("dense")
+    cands = space.sample_candidates(2, seed=0)
+    feats = per_store_features(space.spaces, cands)
+    assert len(feats) == 2 and all(f.ndim == 2 and f.shape[1] == 164 and f.shape[0] >= 1 for f in feats)
+
+
+def test_encode_command(tmp_path, capsys):
+    from metatune.commands.encode import run_encode
+
+    out = tmp_path / "graphs.json"
+    run_encode("dense:m=16,n=32,k=24", 3, 0, True, out)
+    text = capsys.readouterr().out
+    assert "main/S0.3" in text and "graphs/s" in text
+    summary = json.loads(out.read_text())
+    assert len(summary["graphs"]) == 3
+    for g in summary["graphs"]:
+        assert g["num_nodes"] == encoder().template.num_nodes and g["num_edges"] == encoder().template.num_edges
+        assert g["num_real_nodes"] == 1 + 2 * g["num_loops"] == g["plain_num_nodes"]
+        assert g["template_version"] == encoder().version
+
+
+def test_every_family_is_in_the_template_workloads():
+    from metatune.encode.supergraph import TEMPLATE_WORKLOADS
+
+    assert {w.split(":")[0] for w in TEMPLATE_WORKLOADS} == set(FAMILIES)
+    assert any(k.kind == CATEGORICAL for k in search_space("dense")[0].knobs)

@@ -1,0 +1,206 @@
+"""Knob spaces: every family's design spaces as explicit, round-trippable search spaces."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tvm
+
+from metatune.space import (
+    CATEGORICAL, COMPUTE_LOCATION, TILE, Candidate, Config, DesignSpaces, KnobSpace, SearchSpace,
+    perfect_tilings,
+)
+from metatune.workloads import FAMILIES, Workload
+
+SMALL = {
+    "conv1d": "n=1,c=16,l=64,k=16,r=3,stride=1,pad=1",
+    "conv1d_transpose": "n=1,c=16,l=32,k=8,r=4,stride=2,pad=1",
+    "conv2d": "n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1",
+    "conv2d_transpose": "n=1,c=8,h=7,w=7,k=8,r=4,s=4,stride=2,pad=1",
+    "conv2d_winograd": "n=1,c=8,h=8,w=8,k=8,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d": "n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "dense": "m=16,n=32,k=24",
+    "dense_bias_relu": "m=16,n=32,k=24",
+    "batch_matmul": "b=2,m=16,n=8,k=24",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def target():
+    from metatune.device import local_fingerprint
+
+    return local_fingerprint().tvm_target()
+
+
+@functools.lru_cache(maxsize=None)
+def search_space(family: str) -> SearchSpace:
+    return SearchSpace(DesignSpaces(Workload.parse(f"{family}:{SMALL[family]}"), target()))
+
+
+def test_small_shapes_cover_every_family():
+    assert set(SMALL) == set(FAMILIES)
+
+
+def test_perfect_tilings_match_brute_force():
+    for extent, n, max_inner in [(12, 2, -1), (24, 4, 64), (28, 4, 4), (1, 3, 64), (7, 2, 3)]:
+        brute = sorted(
+            t for t in itertools.product(range(1, extent + 1), repeat=n)
+            if math.prod(t) == extent and (max_inner < 0 or t[-1] <= max_inner)
+        )
+        assert sorted(perfect_tilings(extent, n, max_inner)) == brute
+    assert len(perfect_tilings(12, 2)) == 6
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_every_design_space_samples_round_trips(family):
+    space = search_space(family)
+    expected_spaces = 9 if family == "conv2d_winograd" else 3
+    assert len(space) == expected_spaces
+    rng = np.random.default_rng(7)
+    for ks in space.knob_spaces:
+        # one knob per sampling instruction of the design-space trace, none of an unknown kind
+        sampling = [i for i in ks.insts if i.kind.name.startswith("Sample")]
+        assert len(ks.knobs) == len(sampling) > 0
+        assert {k.kind for k in ks.knobs} <= {TILE, CATEGORICAL, COMPUTE_LOCATION}
+        for knob in ks.knobs:
+            if knob.kind == TILE:
+                assert knob.choices and all(math.prod(c) == math.prod(knob.choices[0]) for c in knob.choices)
+        for _ in range(3):
+            cand = ks.sample(rng)
+            assert cand is not None, f"{family} space {ks.index}: {dict(ks.rejected)}"
+            config = cand.config
+            assert ks.check(config) is None
+            assert hash(config) == hash(Config.from_json(config.to_json()))
+            # schedule -> trace -> configuration, exactly, through either entry point
+            assert ks.config_of(cand) == config
+            assert space.config_of(cand.trace) == config
+            again = ks.schedule(config, strict=True)
+            assert again is not None and again.config == config
+            tvm.ir.assert_structural_equal(again.sch.mod, cand.sch.mod)
+
+
+def _quick(config: Config, ks: KnobSpace) -> Config:
+    """The same configuration with the unroll step at 0/16 (LLVM is slow on 512)."""
+    decisions = list(config.decisions)
+    for knob in ks.knobs:
+        if knob.kind == CATEGORICAL:
+            decisions[knob.position] = min(int(decisions[knob.position]), 1)
+    return config._replace(decisions=tuple(decisions))
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_sampled_configurations_compile_and_compute_correctly(family):
+    from metatune.check import check_schedule
+
+    space = search_space(family)
+    rng = np.random.default_rng(11)
+    spaces = [0, len(space) - 1] if family in ("conv2d_winograd", "conv2d") else [int(rng.integers(len(space)))]
+    for index in spaces:
+        ks = space[index]
+        cand = ks.sample(rng)
+        assert cand is not None
+        cand = ks.schedule(_quick(cand.config, ks))
+        assert cand is not None
+        assert check_schedule(space.spaces.workload, cand.sch, target()) <= 1e-3
+
+
+def test_tuning_record_through_json_database_round_trips(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    space = search_space("conv2d")
+    rng = np.random.default_rng(3)
+    cands = [space.sample(rng) for _ in range(4)]
+    paths = dict(path_workload=str(tmp_path / "wl.json"), path_tuning_record=str(tmp_path / "rec.json"))
+    db = ms.database.JSONDatabase(**paths)
+    workload = db.commit_workload(space.spaces.mod)
+    for i, cand in enumerate(cands):
+        args = ArgInfo.from_entry_func(cand.sch.mod, remove_preproc=True)
+        db.commit_tuning_record(ms.database.TuningRecord(cand.trace, workload, [1e-3 * (i + 1)], target(), args))
+    reread = ms.database.JSONDatabase(**paths).get_all_tuning_records()
+    got = sorted((float(r.run_secs[0]), space.config_of(r)) for r in reread)
+    assert [c for _, c in got] == [c.config for c in cands]
+
+
+def test_configs_from_the_existing_random_sampler_round_trip():
+    space = search_space("depthwise_conv2d")
+    for cand in space.spaces.random_candidates(4, seed=5):
+        config = space.config_of(cand)
+        assert config.space == cand.space_index
+        rebuilt = space.schedule(config, strict=True)
+        assert rebuilt is not None and rebuilt.trace_key == cand.trace_key
+    assert Candidate(0, cand.sch).config is None  # the old constructor still works
+
+
+def test_invalid_configurations_are_reported_not_raised():
+    space = search_space("conv2d")
+    ks = space[0]
+    good = ks.default
+    tile = next(k for k in ks.knobs if k.kind == TILE and len(k.choices) > 1)
+    bad_tile = list(good.decisions)
+    bad_tile[tile.position] = (999, 1, 1, 1)
+    assert ks.schedule(good._replace(decisions=tuple(bad_tile))) is None
+    assert ks.schedule(good._replace(decisions=good.decisions[:-1])) is None
+    assert ks.schedule(good._replace(space=1)) is None
+    assert space.schedule(Config(len(space), good.decisions)) is None
+    # a compute location TVM cannot use is snapped: strict refuses, lenient reports the snap
+    loc = next(k for k in ks.knobs if k.kind == COMPUTE_LOCATION)
+    valid = ks.valid_values(good, loc.position)
+    assert -1 in valid and len(valid) >= 2
+    invalid = next(v for v in range(max(valid)) if v not in valid)
+    decisions = list(good.decisions)
+    decisions[loc.position] = invalid
+    asked = good._replace(decisions=tuple(decisions))
+    assert ks.schedule(asked, strict=True) is None
+    snapped = ks.schedule(asked)
+    assert snapped is not None and snapped.config.decisions[loc.position] in valid
+    assert snapped.config.decisions[loc.position] != invalid
+    for value in valid:  # and every reported valid value is accepted as is
+        decisions[loc.position] = value
+        assert ks.schedule(good._replace(decisions=tuple(decisions)), postprocess=False, strict=True) is not None
+
+
+def test_neighbours_change_one_knob():
+    rng = np.random.default_rng(0)
+    dense = search_space("dense")
+    cand = dense.sample(rng)
+    for _ in range(5):
+        nb = dense.neighbour(cand.config, rng)
+        assert nb is not None and nb.config.space == cand.config.space
+        assert sum(a != b for a, b in zip(nb.config.decisions, cand.config.decisions)) == 1
+    conv = search_space("conv2d")
+    cand = conv.sample(rng)
+    for _ in range(5):
+        nb = conv.neighbour(cand.config, rng)
+        changed = [k for k, a, b in zip(conv[cand.config.space].knobs, nb.config.decisions, cand.config.decisions)
+                   if a != b]
+        assert sum(not k.conditional for k in changed) <= 1 and changed  # plus snapped locations
+
+
+def test_embedding_and_size():
+    dense = search_space("dense")
+    ks = dense[0]
+    config = ks.default
+    emb = ks.embed(config)
+    assert emb.shape == (ks.embedding_dim,) == (len(ks.embedding_names()),)
+    assert list(emb[:4]) == [math.log2(f) for f in config.decisions[0]]
+    assert emb[-4:].sum() == 1.0 and emb[-4 + config.decisions[-1]] == 1.0
+    # 16 = 2^4 and 32 = 2^5 into 4 factors, the 8 divisors of 24, 4 unroll steps
+    assert ks.size == math.prod(len(k.choices) for k in ks.knobs) == 35 * 56 * 8 * 4
+    assert dense.size == 3 * ks.size
+    widths = {dense.embed(c.config).shape for c in dense.sample_candidates(6, seed=1)}
+    assert widths == {(dense.embedding_dim,)}
+    conv = search_space("conv2d")
+    assert conv[0].size > math.prod(len(k.choices) for k in conv[0].knobs if not k.conditional)
+
+
+def test_sample_candidates_are_distinct_and_respect_exclude():
+    space = search_space("batch_matmul")
+    first = space.sample_candidates(6, seed=2)
+    assert len({c.config for c in first}) == 6
+    more = space.sample_candidates(6, seed=2, exclude={c.config for c in first})
+    assert not {c.config for c in first} & {c.config for c in more}
