@@ -27,6 +27,12 @@ dataset_app = typer.Typer(help="Build, inspect and export datasets of measured p
 app.add_typer(dataset_app, name="dataset")
 
 
+RUNNER_HELP = (
+    "Where to time candidates: 'local', or 'rpc://HOST:PORT/KEY' for the servers registered under KEY at a "
+    "TVM RPC tracker (building stays on this machine; the target is the remote device's)."
+)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"metatune {__version__}")
@@ -103,18 +109,19 @@ def measure(
     batch: int = typer.Option(32, min=1, help="Candidates per builder call (each call pays a worker start-up)."),
     verify: bool = typer.Option(True, help="Check each build against the NumPy reference before timing it."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
 ) -> None:
-    """Measure random schedules of one workload on this CPU and report throughput and failures."""
+    """Measure random schedules of one workload and report throughput and failures."""
     from .commands.measure import run_measure
 
-    run_measure(workload, random, seed, batch, verify, json_out)
+    run_measure(workload, random, seed, batch, verify, json_out, runner)
 
 
 @dataset_app.command("build")
 def dataset_build(
     spec: Path = typer.Option(..., help="Dataset spec (YAML), e.g. datasets/specs/default-cpu.yaml."),
     out: Path = typer.Option(..., help="Dataset directory; re-running with the same directory resumes."),
-    runner: str = typer.Option("local", help="Where to run candidates: 'local'."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
     workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
     batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
     verify: bool = typer.Option(True, help="Check each build against NumPy before timing it."),
@@ -151,6 +158,24 @@ def dataset_export(
     run_export(directory, out)
 
 
+rpc_app = typer.Typer(help="TVM RPC trackers and servers: measure on other machines.", no_args_is_help=True)
+app.add_typer(rpc_app, name="rpc")
+
+
+@rpc_app.command("status")
+def rpc_status(
+    tracker: str = typer.Option(..., help="Tracker address HOST:PORT, e.g. 127.0.0.1:9190."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    probe: bool = typer.Option(
+        False, help="Also ask each free server for its device fingerprint (holds each server for a moment)."
+    ),
+) -> None:
+    """List the servers (devices) registered at a TVM RPC tracker, per key, and the --runner URL of each key."""
+    from .commands.rpc import run_status
+
+    run_status(tracker, as_json, probe)
+
+
 @app.command()
 def encode(
     workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
@@ -163,6 +188,25 @@ def encode(
     from .commands.encode import run_encode
 
     run_encode(workload, random, seed, show, json_out)
+
+
+@app.command()
+def tune(
+    workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),
+    model: Optional[str] = typer.Option(None, help="A whole model to tune (e.g. resnet18)."),
+    trials: int = typer.Option(64, min=1, help="Total measured trials (including those already in --db)."),
+    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), xgb (TVM default) or random."),
+    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
+    db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
+    seed: int = typer.Option(0, help="Random seed."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings)."),
+) -> None:
+    """Tune one operator on this device; the best schedule is verified against NumPy."""
+    from .commands.tune import run_tune
+
+    run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out)
 
 
 @app.command()

@@ -101,24 +101,34 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def fingerprint_from_flags(
+    arch: str, vendor: str, cpu_model: str, flags: set[str], num_cores: int, llvm_host_cpu: str
+) -> DeviceFingerprint:
+    """Fingerprint from what was read about a CPU, here or on a remote device (/proc/cpuinfo flag names)."""
+    isa_class = classify_isa(arch, flags)
+    mcpu = isa_class if isa_class != "generic" else llvm_host_cpu
+    return DeviceFingerprint(
+        arch=arch,
+        vendor=vendor,
+        cpu_model=cpu_model,
+        isa_class=isa_class,
+        flags=tuple(sorted(f for f in CODEGEN_FLAGS if f in flags)),
+        num_cores=num_cores,
+        llvm_host_cpu=llvm_host_cpu,
+        target={"kind": "llvm", "mcpu": mcpu, "num-cores": num_cores},
+    )
+
+
 def local_fingerprint() -> DeviceFingerprint:
     """Fingerprint of the machine this process runs on."""
     from tvm.target import codegen
 
     info = _read_cpuinfo()
-    arch = platform.machine()
-    flags = set((info.get("flags") or info.get("Features") or "").split())
-    isa_class = classify_isa(arch, flags)
-    cores = usable_cores()
-    host_cpu = str(codegen.llvm_get_system_cpu())
-    mcpu = isa_class if isa_class != "generic" else host_cpu
-    return DeviceFingerprint(
-        arch=arch,
+    return fingerprint_from_flags(
+        arch=platform.machine(),
         vendor=info.get("vendor_id", "unknown"),
         cpu_model=info.get("model name", "unknown"),
-        isa_class=isa_class,
-        flags=tuple(sorted(f for f in CODEGEN_FLAGS if f in flags)),
-        num_cores=cores,
-        llvm_host_cpu=host_cpu,
-        target={"kind": "llvm", "mcpu": mcpu, "num-cores": cores},
+        flags=set((info.get("flags") or info.get("Features") or "").split()),
+        num_cores=usable_cores(),
+        llvm_host_cpu=str(codegen.llvm_get_system_cpu()),
     )

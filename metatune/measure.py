@@ -135,7 +135,8 @@ class Measurer:
             else:
                 pending.append((i, b.artifact_path))
         try:
-            if self.settings.verify:
+            # A remote runner sets verify_locally=False when this host cannot run the remote's code.
+            if self.settings.verify and getattr(self.runner, "verify_locally", True):
                 t0 = time.perf_counter()
                 pending = [(i, p) for i, p in pending if self._verify(workload, p, results, i)]
                 self.timings["verify_s"] += time.perf_counter() - t0

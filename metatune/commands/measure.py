@@ -14,16 +14,19 @@ from ..progress import progress_bar
 from ..workloads import resolve_workload
 
 
-def run_measure(text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path]) -> None:
+def run_measure(
+    text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path], runner: str = "local"
+) -> None:
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
-    from ..device import local_fingerprint
+    from ..runners import make_runner
     from ..space import DesignSpaces
 
-    fingerprint = local_fingerprint()
+    settings = MeasureSettings(verify=verify)
+    runner_obj, fingerprint = make_runner(runner, settings)  # a remote device is asked, not assumed
     target = fingerprint.tvm_target()
     spaces = DesignSpaces(workload, target)
     candidates = spaces.random_candidates(count, seed=seed)
-    measurer = Measurer(target, MeasureSettings(verify=verify))
+    measurer = Measurer(target, settings, runner=runner_obj)
     results: list[MeasureResult] = []
     start = time.perf_counter()
     with progress_bar() as bar:
@@ -40,6 +43,7 @@ def run_measure(text: str, count: int, seed: int, batch: int, verify: bool, json
     summary = {
         "workload": str(workload),
         "device_id": fingerprint.device_id,
+        "runner": runner,
         "requested": count,
         "sampled": len(candidates),
         "measured": len(ok),
