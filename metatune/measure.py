@@ -13,6 +13,7 @@ A failed candidate never aborts a run: every candidate gets a `MeasureResult`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import statistics
@@ -67,6 +68,7 @@ class MeasureSettings:
     min_repeat_ms: int = 20
     cache_flush: bool = False
     build_workers: int | None = None  # default: all usable cores
+    num_threads: int | None = None  # TVM kernel threads; default: all usable cores
     verify: bool = True
     rtol: float = DEFAULT_RTOL
 
@@ -101,9 +103,12 @@ class Measurer:
         from tvm.s_tir.meta_schedule.runner import LocalRunner
 
         from .device import usable_cores
+        from .tvm_setup import use_threads
 
         self.target = target
-        self.settings = settings or MeasureSettings()
+        settings = settings or MeasureSettings()
+        threads = use_threads(settings.num_threads or usable_cores())
+        self.settings = dataclasses.replace(settings, num_threads=threads)
         self.builder = LocalBuilder(
             max_workers=self.settings.build_workers or usable_cores(),
             timeout_sec=self.settings.build_timeout_s,

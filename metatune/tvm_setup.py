@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import os
 import sys
 import threading
 
@@ -48,3 +49,15 @@ def import_tensor_intrinsics() -> None:
         finally:
             inspect.stack = original
         _done = True
+
+
+def use_threads(num_threads: int) -> int:
+    """Make TVM kernels in this process and in the workers it starts use `num_threads` threads.
+
+    TVM's runtime sizes its thread pool from its own guess of the physical core count, which
+    on some VMs is 1 for 2 cores (seen here: `runtime.NumThreads()` == 1), so parallel loops
+    would run on one core while PyTorch uses both. An explicit TVM_NUM_THREADS set by the
+    user wins; the value in force is returned so it can be recorded with the measurements.
+    """
+    os.environ.setdefault("TVM_NUM_THREADS", str(num_threads))
+    return int(os.environ["TVM_NUM_THREADS"])
