@@ -15,10 +15,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install metatune with pinned dependencies
 
-demo: $(STAMP)  ## the main job on the shipped default: measure the quick suite on this CPU
+demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkpoint (metatune strategy)
 	$(BIN)/metatune device
-	$(BIN)/metatune measure "dense:m=64,n=64,k=64" --random 16
-	$(BIN)/metatune measure C6 --random 32
+	$(BIN)/metatune zoo resolve
+	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --db runs/demo-C6 --json runs/demo-C6.json
+
+train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing) → train → evaluate → publish, per train/configs/*.yaml
+	$(BIN)/python -m metatune.train_zoo
 
 test: $(STAMP)  ## fast test suite (what CI runs)
 	$(BIN)/python -m pytest -q

@@ -30,7 +30,8 @@ Sets = list[EncodedWorkload]
 @dataclass
 class PretrainConfig:
     epochs: int = 30
-    lr: float = 1e-3
+    steps_per_epoch: int = 40  # an "epoch" is a validation interval, independent of dataset size
+    lr: float = 5e-3
     weight_decay: float = 1e-5
     workloads_per_batch: int = 8
     graphs_per_workload: int = 32
@@ -90,7 +91,7 @@ def pretrain(
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     log = TrainLog()
     best, best_state, stale = math.inf, copy.deepcopy(model.state_dict()), 0
-    steps_per_epoch = max(1, sum(len(w) for w in train) // (config.workloads_per_batch * config.graphs_per_workload))
+    steps_per_epoch = config.steps_per_epoch
     for epoch in range(config.epochs):
         model.train()
         total = 0.0
@@ -193,7 +194,7 @@ def meta_train(
         opt.zero_grad()
         loss.backward()
         opt.step()
-        log.add("maml_query_mse", float(loss))
+        log.add("maml_query_mse", loss.item())
         val = None
         if (it + 1) % config.eval_every == 0:
             val = maml_validation(model, builder, valid, config, seed)

@@ -23,33 +23,48 @@ class ModelConfig:
     hidden: int = 64
     gcn_layers: int = 2
     fc_hidden: int = 64
+    num_positions: int = 0  # super-graph node count: node i is always template slot i; 0 = plain graphs
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 class GraphEmbedding(nn.Module):
-    """GCN layers with ReLU, then attention-weighted sum and max over nodes."""
+    """GCN layers with ReLU, then weighted-sum and max aggregation over nodes.
+
+    On the super-graph every node index is a fixed template slot ("main block / spatial axis 1 /
+    tile level 2"), which a GCN alone cannot tell apart. The slot identity enters twice: a
+    learned embedding per slot added to the node input, and a learned per-slot bias in the
+    weighted-sum's attention. This is what the shared template buys over plain loop graphs.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        dims = [config.in_dim] + [config.hidden] * config.gcn_layers
-        self.convs = nn.ModuleList(GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.input = nn.Linear(config.in_dim, config.hidden)
+        self.convs = nn.ModuleList(GCNConv(config.hidden, config.hidden) for _ in range(config.gcn_layers))
         self.gate = nn.Linear(config.hidden, 1)
+        self.slot_embedding = nn.Parameter(torch.zeros(config.num_positions, config.hidden)) if config.num_positions else None
+        self.slot_bias = nn.Parameter(torch.zeros(config.num_positions, 1)) if config.num_positions else None
         self.out_dim = 2 * config.hidden
+        # Unit-scale embeddings keep the head's gradients, and so few-step adaptation, well scaled.
+        self.norm = nn.LayerNorm(self.out_dim)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         batch, nodes, _ = x.shape
-        h = x.reshape(batch * nodes, -1)
+        h = self.input(x)
+        if self.slot_embedding is not None:
+            h = h + self.slot_embedding
+        h = h.reshape(batch * nodes, -1)
         for conv in self.convs:
             h = torch.relu(conv(h, edge_index))
         h = h.reshape(batch, nodes, -1)
         keep = mask.unsqueeze(-1)
-        scores = self.gate(h).masked_fill(~keep, float("-inf"))
+        scores = self.gate(h) + (self.slot_bias if self.slot_bias is not None else 0.0)
+        scores = scores.masked_fill(~keep, float("-inf"))
         weights = torch.softmax(scores, dim=1)
         weighted_sum = (weights * h).sum(dim=1)
         maximum = h.masked_fill(~keep, float("-inf")).amax(dim=1)
-        return torch.cat([weighted_sum, maximum], dim=-1)
+        return self.norm(torch.cat([weighted_sum, maximum], dim=-1))
 
 
 class RegressionHead(nn.Module):

@@ -31,7 +31,8 @@ MODES = ("supergraph", "plain")
 
 @dataclass
 class GraphBatch:
-    """Dense node features [B, N, F], a block-diagonal edge_index over B*N nodes, a mask [B, N]."""
+    """Dense node features [B, N, F], a block-diagonal edge_index over B*N nodes, and the mask
+    [B, N] of nodes the readout pools over (real nodes; not padding or template placeholders)."""
 
     x: torch.Tensor
     edge_index: torch.Tensor
@@ -122,7 +123,9 @@ class GraphBuilder:
         x[graph, 1 + s + slots, -1] = 1.0
         offsets = (torch.arange(len(idx)) * n).repeat_interleave(self._template_edges.shape[1])
         edges = self._template_edges.repeat(1, len(idx)) + offsets
-        return GraphBatch(x, edges, torch.ones(len(idx), n, dtype=torch.bool))
+        # Placeholder nodes pass messages along the template but are left out of the readout:
+        # pooling over ~650 mostly-empty slots would drown the program's own loops.
+        return GraphBatch(x, edges, x[..., -1] > 0)
 
     def _plain(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
         rows, graph, counts = self._rows(w, idx)

@@ -1,0 +1,220 @@
+"""`metatune tune`: tune one operator with MetaSchedule and metatune's plug-ins or TVM's default.
+
+Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
+* `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search;
+* `xgb` — TVM's default: XGBModel + EvolutionarySearch;
+* `random` — random configurations (MetaSchedule's ReplayTrace), no cost model.
+The database directory makes a run resumable: trials already recorded for the workload
+count towards `--trials`. The best schedule is checked against NumPy before it is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import MetatuneError
+from ..workloads import Workload
+
+STRATEGIES = ("metatune", "xgb", "random")
+RECORD_FILE = "database_tuning_record.json"
+WORKLOAD_FILE = "database_workload.json"
+
+
+@dataclass
+class TuneResult:
+    workload: str
+    strategy: str
+    trials: int
+    best_latency_us: float | None
+    best_gflops: float | None
+    curve: list[float]
+    wall_s: float
+    search_s: float
+    measure_s: float
+    encode_s: float = 0.0
+    update_s: float = 0.0
+    failures: int = 0
+    verified: bool = False
+    max_rel_error: float | None = None
+    checkpoint: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
+    """Median latency of every trial of `mod` in the database, in measurement order
+    (None for a failed trial). JSONDatabase appends lines, so file order is trial order."""
+    from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
+
+    wl_path, rec_path = db_dir / WORKLOAD_FILE, db_dir / RECORD_FILE
+    if not wl_path.exists() or not rec_path.exists():
+        return []
+    target_hash = str(TVMWorkload(mod).as_json()[0])
+    indices = [i for i, line in enumerate(wl_path.read_text().splitlines()) if line.strip()
+               and json.loads(line)[0] == target_hash]
+    out: list[float | None] = []
+    for line in rec_path.read_text().splitlines():
+        if not line.strip():
+            continue
+        index, record = json.loads(line)
+        if index in indices:
+            secs = [float(x) for x in record[1]] if record[1] else []
+            ok = secs and max(secs) < 1e9  # MetaSchedule stores failed runs as 1e10 s
+            out.append(sorted(secs)[len(secs) // 2] if ok else None)
+    return out
+
+
+def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, list[str]]:
+    """The trained model to tune with: `auto` resolves the zoo for this device."""
+    from .cost_model import load_from_zoo, load_trained
+
+    notes: list[str] = []
+    if checkpoint != "auto":
+        trained = load_trained(checkpoint)
+        card = Path(checkpoint) / "card.json" if Path(checkpoint).is_dir() else Path(checkpoint).with_name("card.json")
+        if card.exists():
+            device = json.loads(card.read_text()).get("device", {}).get("device_id")
+            if device and device != fingerprint.device_id:
+                note = (f"checkpoint {checkpoint} was trained on {device}, this device is {fingerprint.device_id}: "
+                        "its predictions start less accurate and online adaptation has more to correct")
+                warnings.warn(note, stacklevel=2)
+                notes.append(note)
+        return trained, str(checkpoint), notes
+    from ..zoo import ZooWarning, default_zoo_dir, resolve
+
+    zoo_dir = default_zoo_dir()
+    if not (zoo_dir / "index.json").exists():
+        raise MetatuneError(f"no model zoo at {zoo_dir}: run `make train-zoo` to train one, "
+                            "or pass --checkpoint PATH")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ZooWarning)
+        resolution = resolve(fingerprint, zoo_dir)
+    for w in caught:
+        notes.append(str(w.message))
+        warnings.warn(str(w.message), stacklevel=2)
+    return load_from_zoo(resolution.entry), resolution.entry.id, notes
+
+
+def _progress_callback(total: int, done: int, flops: int, report: Any) -> Any:
+    """A MeasureCallback that reports trials done and the best GFLOPS after every batch."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class ProgressCallback(PyMeasureCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.done, self.best = done, float("inf")
+
+        def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
+                  runner_results: Any) -> None:
+            for r in runner_results:
+                if r.error_msg is None and r.run_secs:
+                    secs = sorted(float(x) for x in r.run_secs)
+                    self.best = min(self.best, secs[len(secs) // 2])
+            self.done += len(runner_results)
+            best = flops / self.best / 1e9 if self.best < float("inf") else 0.0
+            report(self.done, total, best)
+
+    return ProgressCallback()
+
+
+def _strategy_parts(strategy: str, trained: Any, seed: int) -> tuple[Any, Any]:
+    if strategy == "xgb":
+        return "xgb", "evolutionary"
+    if strategy == "random":
+        return "random", "replay-trace"
+    from .cost_model import MetaTuneCostModel
+    from .search import BatchBO
+
+    return MetaTuneCostModel(trained), BatchBO(seed=seed)
+
+
+def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
+                  runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
+                  report: Callable[[int, int, float], None] | None = None) -> TuneResult:
+    """Tune `workload` until the database holds `trials` trials of it; verify and report the best."""
+    if strategy not in STRATEGIES:
+        raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if trials < 1:
+        raise MetatuneError("--trials must be >= 1")
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..check import check_schedule
+    from ..measure import Measurer, MeasureSettings
+    from ..runners import make_runner
+    from ..space import DesignSpaces
+    from ..tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    settings = MeasureSettings(verify=False)
+    runner_obj, fingerprint = make_runner(runner, settings)
+    target = fingerprint.tvm_target()
+    DesignSpaces(workload, target)  # raises a clear error when no design space covers it
+    trained, checkpoint_id, notes = (None, None, [])
+    if strategy == "metatune":
+        trained, checkpoint_id, notes = resolve_checkpoint(checkpoint, fingerprint)
+    mod = workload.irmodule()
+    db_dir.mkdir(parents=True, exist_ok=True)
+    done = len(measured_latencies(db_dir, mod))
+    remaining = trials - done
+    start = time.perf_counter()
+    cost_model, search = _strategy_parts(strategy, trained, seed)
+    measurer = Measurer(target, settings, runner=runner_obj)
+    profile: dict[str, float] = {}
+    if remaining > 0:
+        database = ms.database.JSONDatabase(work_dir=str(db_dir))
+        callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+        if report is not None:
+            callbacks.append(_progress_callback(trials, done, workload.flops, report))
+        with ms.Profiler() as profiler:
+            ms.tune_tir(mod, target, work_dir=str(db_dir), max_trials_global=remaining,
+                        num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
+                        runner=measurer.runner, database=database, cost_model=cost_model, strategy=search,
+                        measure_callbacks=callbacks, seed=seed, num_tuning_cores=1)
+        profile = {k: float(v) for k, v in profiler.get().items()}
+    wall = time.perf_counter() - start
+    latencies = measured_latencies(db_dir, mod)
+    curve, best = [], float("inf")
+    for lat in latencies:
+        if lat is not None:
+            best = min(best, lat)
+        curve.append(round(workload.flops / best / 1e9, 3) if best < float("inf") else 0.0)
+    result = TuneResult(
+        workload=str(workload), strategy=strategy, trials=len(latencies),
+        best_latency_us=round(best * 1e6, 3) if best < float("inf") else None,
+        best_gflops=curve[-1] if curve and best < float("inf") else None, curve=curve, wall_s=round(wall, 2),
+        search_s=round(_search_seconds(profile), 2), measure_s=round(_measure_seconds(profile), 2),
+        failures=sum(lat is None for lat in latencies), checkpoint=checkpoint_id, notes=notes,
+    )
+    result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
+    if not isinstance(cost_model, str):
+        result.encode_s = round(cost_model.encode_seconds, 2)
+    if result.best_latency_us is not None:
+        database = ms.database.JSONDatabase(work_dir=str(db_dir))
+        sch = ms.tir_integration.compile_tir(database, mod, target)
+        result.max_rel_error = check_schedule(workload, sch, target)  # raises WrongResultError
+        result.verified = True
+    return result
+
+
+MEASURE_SCOPES = ("SendToBuilder", "SendToRunner", "JoinRunnerFutures")
+
+
+def _measure_seconds(profile: dict[str, float]) -> float:
+    """Building and running candidates (MetaSchedule's task-scheduler scopes)."""
+    return sum(profile.get(k, 0.0) for k in MEASURE_SCOPES)
+
+
+def _search_seconds(profile: dict[str, float]) -> float:
+    """Everything that is not measuring or a measure callback: the search strategy's own time,
+    computed the same way for every strategy so the numbers compare."""
+    callbacks = sum(v for k, v in profile.items() if k.startswith("MeasureCallback/"))
+    return max(0.0, profile.get("Total", 0.0) - _measure_seconds(profile) - callbacks)
