@@ -154,7 +154,8 @@ def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[
     template = Template.load()
     builder = GraphBuilder(template, mode, FeatureStats.fit(train))
     torch.manual_seed(config.seed)
-    model = CostModel(ModelConfig(in_dim=builder.width, **config.model.model_dump()))
+    positions = template.num_nodes if mode == "supergraph" else 0
+    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, **config.model.model_dump()))
     pre = pretrain(model, builder, train, valid, config.pretrain_config(), config.seed,
                    on_epoch=lambda e, tr, va: echo(f"[{mode}] pretrain epoch {e}: train {tr:.3f} valid {va:.3f}"))
     pretrained = copy.deepcopy(model)

@@ -279,7 +279,7 @@ def test_a_new_operator_raises_instead_of_encoding_zeros():
     sch.enter_postproc()
     assert all(p.apply(sch) for p in ctx.space_generator.postprocs)
     # the first loop without a slot is the 5-D padding stage's or the main block's fifth axis
-    message = r"slot '(pad/i4|main/S4\.\d)' \(loop .*not in super-graph template.*--rebuild"
+    message = r"slot '[^']*(i4|S4)[^']*' \(loop .*not in super-graph template.*--rebuild"  # the 5th axis
     with pytest.raises(TemplateMismatch, match=message):
         encoder().augmented(sch)
     assert encoder().plain(sch).num_nodes > 1  # the ablation graph needs no template
