@@ -85,6 +85,19 @@ class DesignSpaces:
         if not self.spaces:
             raise SpaceError(f"no MetaSchedule design space covers {workload}")
 
+    @classmethod
+    def from_context(cls, context: "TuneContext", design_spaces: Sequence["Schedule"] | None = None) -> "DesignSpaces":
+        """The design spaces of a MetaSchedule task (a task of a whole model has no `Workload`)."""
+        self = cls.__new__(cls)
+        self.workload = context.task_name or "task"  # only used in messages
+        self.target, self.mod, self.context = context.target, context.mod, context
+        self.spaces = list(design_spaces if design_spaces is not None else context.generate_design_space())
+        self.postprocs = list(context.space_generator.postprocs)
+        self.rejected = collections.Counter()
+        if not self.spaces:
+            raise SpaceError(f"task {self.workload!r} has no design space")
+        return self
+
     def __len__(self) -> int:
         return len(self.spaces)
 
@@ -489,6 +502,8 @@ class KnobSpace:
         Changing a tile can make a later compute location invalid; TVM then snaps it, so the
         result may also differ in such a conditional knob (its `config` says exactly how).
         """
+        if not self.knobs:
+            return None  # a design space without sampling decisions has no neighbours
         for _ in range(max_attempts):
             position = int(rng.integers(len(self.knobs)))
             knob = self.knobs[position]

@@ -1,0 +1,270 @@
+"""BatchBO: greedy batch acquisition on a toy GP, and the strategy inside MetaSchedule."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from metatune.tune import bo
+
+torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Acquisition and selection on a toy problem (no TVM)
+
+
+def _toy(seed: int = 0):
+    """A GP fitted to 12 points of a smooth 2-D bump, and a 300-point pool (flat cost-model column)."""
+    rng = np.random.default_rng(seed)
+    f = lambda x: -4.0 * ((x[:, 0] - 0.7) ** 2 + (x[:, 1] - 0.3) ** 2)  # noqa: E731
+    x_obs, pool = rng.random((12, 2)), rng.random((300, 2))
+    surrogate = bo.fit_surrogate(x_obs, np.full(12, 0.5), f(x_obs))
+    return surrogate, pool, rng
+
+
+def test_acquisition_matches_botorch_log_ei_and_batch_is_distinct_and_high():
+    from botorch.acquisition.analytic import LogExpectedImprovement
+
+    sur, pool, _ = _toy()
+    score = np.full(len(pool), 0.5)
+    mean, cov = bo.pool_posterior(sur, pool, score)
+    acq = bo.acquisition_values(mean, torch.diagonal(cov), sur.best_f)
+    x = torch.as_tensor(np.column_stack([pool, score])).unsqueeze(1)
+    with torch.no_grad():
+        reference = LogExpectedImprovement(sur.model, best_f=sur.best_f)(x)
+    assert torch.allclose(acq, reference, atol=1e-4)
+
+    picks = bo.greedy_batch(mean, cov, 8, sur.best_f)
+    assert len(picks) == len(set(picks)) == 8
+    assert picks[0] == int(torch.argmax(acq))
+    percentile = [(acq < acq[p]).double().mean().item() for p in picks]
+    assert min(percentile) >= 0.5, percentile  # every pick is in the better half of the pool
+
+
+def test_kriging_believer_update_equals_conditioning_the_gp():
+    sur, pool, _ = _toy()
+    score = np.full(len(pool), 0.5)
+    mean, cov = bo.pool_posterior(sur, pool, score)
+    j = int(torch.argmax(bo.acquisition_values(mean, torch.diagonal(cov), sur.best_f)))
+    x = torch.as_tensor(np.column_stack([pool, score]))
+    conditioned = sur.model.condition_on_observations(x[j : j + 1], mean[j].reshape(1, 1))
+    with torch.no_grad():
+        post = conditioned.posterior(x)
+    col = cov[:, j]
+    believed = torch.diagonal(cov) - col**2 / (col[j] + sur.noise)
+    assert torch.allclose(post.variance.squeeze(-1), believed, atol=1e-8)
+    assert torch.allclose(post.mean.squeeze(-1), mean, atol=1e-8)  # believing the mean keeps the mean
+
+
+def test_fantasies_spread_the_batch_over_near_copies():
+    sur, pool, rng = _toy()
+    mean, cov = bo.pool_posterior(sur, pool, np.full(len(pool), 0.5))
+    best = pool[int(torch.argmax(bo.acquisition_values(mean, torch.diagonal(cov), sur.best_f)))]
+    copies = best + 1e-4 * rng.standard_normal((8, 2))  # 8 near-copies of the best point
+    crowded = np.vstack([pool, copies])
+    mean, cov = bo.pool_posterior(sur, crowded, np.full(len(crowded), 0.5))
+    near = set(range(len(pool), len(crowded))) | {int(np.argmin(np.abs(pool - best).sum(1)))}
+    greedy_top = torch.argsort(bo.acquisition_values(mean, torch.diagonal(cov), sur.best_f), descending=True)[:4]
+    assert sum(int(i) in near for i in greedy_top) == 4  # without fantasies: four copies
+    picks = bo.greedy_batch(mean, cov, 4, sur.best_f)
+    assert sum(p in near for p in picks) <= 2, picks
+
+
+def test_prior_weight_tracks_an_informative_cost_model():
+    rng = np.random.default_rng(1)
+    x = rng.random((24, 2))
+    y = -4.0 * ((x[:, 0] - 0.7) ** 2 + (x[:, 1] - 0.3) ** 2) + 0.3 * np.sin(9 * x[:, 0])
+    informative = bo.fit_surrogate(x, bo.score_column(bo.normal_scores(y)), y)
+    useless = bo.fit_surrogate(x, rng.random(24), y)
+    assert informative.prior_weight > 0.5 > 0.05 > useless.prior_weight
+
+
+def test_diverse_top_spreads_over_groups_and_fills_up():
+    scores = np.array([9, 8, 7, 6, 5, 4, 3.0])
+    assert bo.diverse_top(scores, [0, 0, 0, 0, 1, 1, 2], 4) == [0, 1, 4, 5]  # quota ceil(4/3) = 2
+    assert bo.diverse_top(scores, [0] * 7, 3) == [0, 1, 2]  # one group: no quota gaps
+    assert sorted(bo.diverse_top(scores, [0, 0, 0, 0, 0, 0, 1], 3, per_group=1)) == [0, 1, 6]  # topped up
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategy driven directly (no builds): failures, fallback, time per batch
+
+
+def _driven(workload: str, target, cost_model, q: int, trials: int, **settings):
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.tune.search import BatchBO
+    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.workloads import resolve_workload
+
+    import_tensor_intrinsics()
+    strategy = BatchBO(seed=0, **settings)
+    ctx = ms.TuneContext(mod=resolve_workload(workload).irmodule(), target=target,
+                         space_generator="post-order-apply", search_strategy=strategy, task_name="main")
+    ctx.pre_tuning(max_trials=trials, num_trials_per_iter=q, design_spaces=ctx.generate_design_space(),
+                   database=ms.database.MemoryDatabase(), cost_model=cost_model)
+    return strategy, ctx
+
+
+def _fake_latency(mc) -> float:
+    """Deterministic synthetic latency: log of the innermost tile factors, plus the unroll index."""
+    trace = mc.sch.trace
+    total = 0.0
+    for inst in trace.insts:
+        d = trace.decisions.get(inst) if inst.kind.name.startswith("Sample") else None
+        if d is None:
+            continue
+        if inst.kind.name == "SamplePerfectTile":
+            total += (np.log2(int(d[-1])) - 3) ** 2
+        elif inst.kind.name == "SampleCategorical":
+            total += abs(int(d) - 2)
+    return 1e-3 * float(np.exp(0.2 * total))
+
+
+def _run_batch(ctx, fail=lambda i: False, cost_model=None):
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    mcs = ctx.generate_measure_candidates()
+    if mcs is None:
+        return None
+    results = [RunnerResult(run_secs=None, error_msg="synthetic failure") if fail(i)
+               else RunnerResult(run_secs=[_fake_latency(m)], error_msg=None) for i, m in enumerate(mcs)]
+    ctx.notify_runner_results(mcs, results)
+    if cost_model is not None:
+        cost_model.update(ctx, mcs, results)
+    return mcs
+
+
+TINY = "dense:m=1,n=2,k=1"  # 48 configurations over 3 design spaces: collisions are certain
+
+
+def test_tiny_space_is_exhausted_without_repeats_and_failures_stay_out(target):
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven(TINY, target, ms.cost_model.RandomModel(seed=0), q=8, trials=64)
+    seen, failed = [], set()
+    while (mcs := _run_batch(ctx, fail=lambda i: i % 3 == 0)) is not None:
+        keys = [str(m.sch.trace) for m in mcs]
+        seen += keys
+        failed |= {strategy.space.config_of(m.sch.trace) for i, m in enumerate(mcs) if i % 3 == 0}
+    assert len(seen) == len(set(seen)) == 48  # every configuration once, then None before max_trials
+    assert strategy.failures == failed and not failed & set(strategy.observations)
+    s = strategy.stats
+    assert s.proposed == 48 and s.failed == len(failed) and s.measured == 48 - len(failed)
+    assert s.gp_batches >= 3 and s.fallbacks == 0
+
+
+def test_resume_from_database_proposes_only_unmeasured_configurations(target):
+    """40 of the 48 configurations are in the database (some as failures): exactly the other 8 follow."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    first, ctx = _driven(TINY, target, None, q=40, trials=40)
+    recorded = ctx.generate_measure_candidates()
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(ctx.mod)
+    for i, m in enumerate(recorded):
+        secs = [1e10] if i % 5 == 0 else [_fake_latency(m)]  # MetaSchedule's record of a failed run
+        database.commit_tuning_record(TuningRecord(m.sch.trace, workload, secs, target, m.args_info))
+
+    from metatune.tune.search import BatchBO
+
+    strategy = BatchBO(seed=1)
+    ctx2 = ms.TuneContext(mod=ctx.mod, target=target, space_generator="post-order-apply",
+                          search_strategy=strategy, task_name="main")
+    ctx2.pre_tuning(max_trials=64, num_trials_per_iter=16, design_spaces=ctx2.generate_design_space(),
+                    database=database, cost_model=ms.cost_model.RandomModel(seed=0))
+    assert strategy.stats.resumed == 40 and len(strategy.failures) == 8 and len(strategy.observations) == 32
+    before = {str(m.sch.trace) for m in recorded}
+    proposed = []
+    while (mcs := _run_batch(ctx2)) is not None:
+        proposed += [str(m.sch.trace) for m in mcs]
+    assert len(proposed) == len(set(proposed)) == 8 and not set(proposed) & before
+    assert strategy.stats.gp_batches == strategy.stats.batches == 1  # the records seeded the GP
+
+
+def test_gp_failure_falls_back_to_the_cost_model_with_a_warning(target, monkeypatch, caplog):
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=24)
+    _run_batch(ctx)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("degenerate data")
+
+    monkeypatch.setattr(bo, "fit_surrogate", broken)
+    with caplog.at_level(logging.WARNING, logger="metatune.tune.search"):
+        mcs = _run_batch(ctx)
+    assert len({str(m.sch.trace) for m in mcs}) == 8
+    assert strategy.stats.fallbacks == 1 and strategy.stats.prior_batches == 2
+    assert any("GP step failed" in r.getMessage() and "degenerate data" in r.getMessage() for r in caplog.records)
+
+
+def test_proposing_a_batch_stays_under_the_time_bound(target):
+    """dense 512^3 with a trained XGB model (so predictions pay for feature extraction),
+    default pool: a steady-state batch of 16 must cost well under 1 s per trial."""
+    from tvm.s_tir import meta_schedule as ms
+
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=0)
+    strategy, ctx = _driven("dense:m=512,n=512,k=512", target, xgb, q=16, trials=64)
+    for _ in range(4):
+        _run_batch(ctx, cost_model=xgb)
+    s = strategy.stats
+    assert s.gp_batches == 3 and s.predictions > 0
+    steady = s.batch_s[1:]
+    assert max(steady) / 16 < 0.4, s.batch_s  # measured ~0.05-0.15 s/trial on the loaded 2-core VM
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside ms.tune_tir with real builds and runs
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, target):
+    """Tune dense 64^3 for 16 trials, then resume the same database for 8 more."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.measure import Measurer, MeasureSettings
+    from metatune.space import DesignSpaces, SearchSpace
+    from metatune.tune.search import BatchBO
+    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.workloads import resolve_workload
+
+    import_tensor_intrinsics()
+    workload = resolve_workload("dense:m=64,n=64,k=64")
+    work_dir = str(tmp_path_factory.mktemp("tune"))
+    measurer = Measurer(target, MeasureSettings(verify=False, repeat=3))
+    runs = []
+    for trials in (16, 8):
+        strategy = BatchBO(seed=len(runs))
+        start = time.perf_counter()
+        database = ms.tune_tir(workload.irmodule(), target, work_dir=work_dir, max_trials_global=trials,
+                               num_trials_per_iter=8, builder=measurer.builder, runner=measurer.runner,
+                               database=ms.database.JSONDatabase(work_dir=work_dir),
+                               cost_model=ms.cost_model.RandomModel(seed=0), strategy=strategy, seed=0,
+                               num_tuning_cores=1)
+        runs.append((strategy, time.perf_counter() - start))
+    space = SearchSpace(DesignSpaces(workload, target))
+    configs = [space.config_of(r.trace) for r in database.get_all_tuning_records()]
+    return runs, configs
+
+
+def test_tune_tir_measures_only_distinct_configurations(tuned):
+    runs, configs = tuned
+    stats = runs[0][0].total_stats()  # tune_tir runs a clone: its counters reach the original
+    assert (stats.batches, stats.proposed, stats.measured + stats.failed) == (2, 16, 16)
+    assert stats.gp_batches == 1 and stats.fallbacks == 0 and stats.search_s > 0
+    assert len(configs[:16]) == len(set(configs[:16])) == 16
+
+
+def test_tune_tir_resume_never_reproposes_a_measured_configuration(tuned):
+    runs, configs = tuned
+    stats = runs[1][0].total_stats()
+    assert stats.resumed == 16 and stats.proposed == 8
+    assert stats.gp_batches == stats.batches == 1  # the database seeded the GP from the first batch
+    assert len(configs) == 24 and len(set(configs)) == 24
