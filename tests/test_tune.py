@@ -1,0 +1,89 @@
+"""`metatune tune` end to end on this CPU: strategies, resume, verification, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from metatune.tune.tuner import measured_latencies
+from metatune.workloads import Workload
+
+SMALL = "dense:m=64,n=64,k=64"
+ZOO = Path(__file__).parents[1] / "zoo"
+
+
+def tune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "metatune.cli", "tune", *args], capture_output=True, text=True,
+                          timeout=900, env={**os.environ, **(env or {})})
+
+
+def trial_keys(db: Path) -> list[str]:
+    """The configuration of every trial in the database (printed trace up to the postprocessors)."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from metatune.data.store import config_key
+
+    db_obj = JSONDatabase(work_dir=str(db))
+    return [config_key(r.trace) for r in db_obj.get_all_tuning_records()]
+
+
+@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
+def test_metatune_resumes_to_the_requested_total_without_remeasuring(tmp_path):
+    db = tmp_path / "db"
+    first = tune("--workload", SMALL, "--trials", "16", "--trials-per-iter", "8", "--db", str(db))
+    assert first.returncode == 0, first.stderr
+    before = trial_keys(db)
+    assert len(before) == 16
+    second = tune("--workload", SMALL, "--trials", "24", "--trials-per-iter", "8", "--db", str(db),
+                  "--json", str(tmp_path / "r.json"))
+    assert second.returncode == 0, second.stderr
+    after = trial_keys(db)
+    assert len(after) == 24 and len(set(after)) == 24, "a configuration was measured twice"
+    assert set(before) <= set(after)
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["trials"] == 24 and len(result["curve"]) == 24 and result["verified"]
+    assert result["curve"] == sorted(result["curve"]), "best-so-far must not decrease"
+    assert result["checkpoint"].startswith("x86_64-")
+
+
+@pytest.mark.parametrize("strategy", ["xgb", "random"])
+def test_baseline_strategies_tune_and_verify(tmp_path, strategy):
+    out = tmp_path / "r.json"
+    res = tune("--workload", SMALL, "--trials", "8", "--trials-per-iter", "8", "--strategy", strategy,
+               "--db", str(tmp_path / "db"), "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    result = json.loads(out.read_text())
+    assert result["strategy"] == strategy and result["trials"] == 8
+    assert result["verified"] and result["max_rel_error"] < 1e-3 and result["best_gflops"] > 0
+    assert len(measured_latencies(tmp_path / "db", Workload.parse(SMALL).irmodule())) == 8
+
+
+def test_missing_zoo_suggests_train_zoo(tmp_path):
+    res = tune("--workload", SMALL, "--trials", "4", "--db", str(tmp_path / "db"),
+               env={"METATUNE_ZOO": str(tmp_path / "nozoo")})
+    assert res.returncode == 2
+    assert "make train-zoo" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
+    res = tune("--workload", SMALL, "--strategy", "magic", "--db", str(tmp_path / "db"))
+    assert res.returncode == 2 and "unknown strategy" in res.stderr
+    res = tune("--workload", "conv2d:n=1,c=3,h=2,w=2,k=4,r=7,s=7,stride=1,pad=1")
+    assert res.returncode == 2 and "larger than the padded input" in res.stderr
+
+
+def test_task_without_design_space_is_a_clear_error(target):
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.space import DesignSpaces, SpaceError
+    from metatune.tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    context = ms.TuneContext(mod=Workload.parse(SMALL).irmodule(), target=target, space_generator="post-order-apply",
+                             task_name="empty")
+    with pytest.raises(SpaceError, match="no design space"):
+        DesignSpaces.from_context(context, [])
