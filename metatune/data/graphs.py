@@ -174,11 +174,15 @@ def encode_programs(encoder: "GraphEncoder", programs: Sequence, key: str, famil
     )
 
 
-def concat(a: EncodedWorkload, b: EncodedWorkload) -> EncodedWorkload:
-    """Programs of `a` followed by those of `b` (same workload)."""
+def concat(parts: Sequence[EncodedWorkload]) -> EncodedWorkload:
+    """The programs of all parts, in order (parts of one workload)."""
+    first = parts[0]
+    offsets = torch.cumsum(torch.tensor([0] + [int(p.ptr[-1]) for p in parts[:-1]]), 0)
     return EncodedWorkload(
-        a.key, a.family, a.split, torch.cat([a.features, b.features]), torch.cat([a.slots, b.slots]),
-        torch.cat([a.parents, b.parents]), torch.cat([a.ptr, b.ptr[1:] + a.ptr[-1]]), torch.cat([a.log_thr, b.log_thr]),
+        first.key, first.family, first.split, torch.cat([p.features for p in parts]),
+        torch.cat([p.slots for p in parts]), torch.cat([p.parents for p in parts]),
+        torch.cat([first.ptr[:1]] + [p.ptr[1:] + o for p, o in zip(parts, offsets)]),
+        torch.cat([p.log_thr for p in parts]),
     )
 
 

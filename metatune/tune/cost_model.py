@@ -10,6 +10,7 @@ strategy never proposes a measured configuration again).
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ def _make_class():
             self.adapt_lr = adapt_lr or trained.maml.inner_lr
             self.max_support = max_support
             self.states: dict[str, _WorkloadState] = {}
+            # BatchBO re-scores its persistent candidate pool after every update: encodings are
+            # cached per scheduled module (the cache keeps the module alive, so its handle is unique).
+            self._encodings: collections.OrderedDict[int, tuple[Any, EncodedWorkload]] = collections.OrderedDict()
             self.update_seconds = 0.0
             self.encode_seconds = 0.0
             self._base = {n: p.detach() for n, p in adaptable_params(trained.model, trained.maml.freeze_embedding).items()}
@@ -89,7 +93,7 @@ def _make_class():
             fresh = encode_programs(self.encoder, [c.sch for c, _ in ok], "", "", "tune",
                                     [_speed(r.run_secs) for _, r in ok])
             self.encode_seconds += time.perf_counter() - t0
-            state.measured = fresh if state.measured is None else concat(state.measured, fresh)
+            state.measured = fresh if state.measured is None else concat([state.measured, fresh])
             t0 = time.perf_counter()
             state.params = self._adapt(state.measured)
             self.update_seconds += time.perf_counter() - t0
@@ -101,7 +105,7 @@ def _make_class():
                 return np.zeros(0)
             state = self._state(context)
             t0 = time.perf_counter()
-            encoded = encode_programs(self.encoder, [c.sch for c in candidates], "", "", "tune", [0.0] * len(candidates))
+            encoded = self._encode([c.sch for c in candidates])
             self.encode_seconds += time.perf_counter() - t0
             params = state.params if state.params is not None else self._base
             out = []
@@ -140,6 +144,22 @@ def _make_class():
                 self.states[key] = st
 
         # -- internals ------------------------------------------------------------------------
+
+        def _encode(self, schedules: list[Any], cache_size: int = 8192) -> EncodedWorkload:
+            parts = []
+            for sch in schedules:
+                mod = sch.mod
+                key = hash(mod)
+                hit = self._encodings.get(key)
+                if hit is None or not hit[0].same_as(mod):
+                    hit = (mod, encode_programs(self.encoder, [sch], "", "", "tune", [0.0]))
+                    self._encodings[key] = hit
+                    if len(self._encodings) > cache_size:
+                        self._encodings.popitem(last=False)
+                else:
+                    self._encodings.move_to_end(key)
+                parts.append(hit[1])
+            return concat(parts)
 
         def _state(self, context: "TuneContext") -> _WorkloadState:
             key = _workload_key(context)
