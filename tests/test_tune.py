@@ -87,3 +87,26 @@ def test_task_without_design_space_is_a_clear_error(target):
                              task_name="empty")
     with pytest.raises(SpaceError, match="no design space"):
         DesignSpaces.from_context(context, [])
+
+
+@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
+def test_checkpoint_of_another_device_warns_what_happens(tmp_path):
+    import shutil
+    import warnings
+
+    from metatune.device import local_fingerprint
+    from metatune.tune.tuner import resolve_checkpoint
+    from metatune.zoo import read_index
+
+    entry = read_index(ZOO)[-1]
+    run = tmp_path / "other"
+    shutil.copytree(entry.directory, run)
+    card = json.loads((run / "card.json").read_text())
+    card["device"]["device_id"] = "x86_64-haswell-4c"
+    (run / "card.json").write_text(json.dumps(card))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trained, checkpoint, notes = resolve_checkpoint(str(run), local_fingerprint())
+    assert trained is not None and checkpoint == str(run)
+    assert any("x86_64-haswell-4c" in str(w.message) and "adaptation" in str(w.message) for w in caught)
+    assert notes
