@@ -260,7 +260,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
         "name": config.name,
         "device": dataset_card["device"],
         "template_version": encoder.version,
-        "dataset": {"id": dataset_card["dataset_id"], "path": str(data_dir), "spec_hash": dataset_card["spec_hash"],
+        "dataset": {"id": dataset_card["dataset_id"], "path": _portable(data_dir), "spec_hash": dataset_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},
         "train_config": config.model_dump(mode="json"),
@@ -280,6 +280,15 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
     _write_evaluation(out, result, log)
     echo(f"training took {train_wall / 60:.1f} min; wrote {out}")
     return card
+
+
+def _portable(path: Path) -> str:
+    """A path relative to the repository when it is inside it (cards travel between machines)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def _write_evaluation(out: Path, result: EvalResult, log: TrainLog) -> None:
