@@ -54,6 +54,24 @@ class MAMLConfig:
     eval_every: int = 25
 
 
+class EarlyStopping:
+    """Keeps the best model state seen on validation; says when `patience` checks brought nothing."""
+
+    def __init__(self, model: CostModel, patience: int) -> None:
+        self.model, self.patience = model, patience
+        self.best, self.state, self.stale = math.inf, copy.deepcopy(model.state_dict()), 0
+
+    def should_stop(self, val: float) -> bool:
+        if val < self.best - 1e-4:
+            self.best, self.state, self.stale = val, copy.deepcopy(self.model.state_dict()), 0
+        else:
+            self.stale += 1
+        return self.stale >= self.patience
+
+    def restore_best(self) -> None:
+        self.model.load_state_dict(self.state)
+
+
 @dataclass
 class TrainLog:
     curves: dict[str, list[float]] = field(default_factory=dict)
@@ -90,7 +108,7 @@ def pretrain(
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     log = TrainLog()
-    best, best_state, stale = math.inf, copy.deepcopy(model.state_dict()), 0
+    stopper = EarlyStopping(model, config.patience)
     steps_per_epoch = config.steps_per_epoch
     for epoch in range(config.epochs):
         model.train()
@@ -114,13 +132,9 @@ def pretrain(
         log.add("pretrain_valid_mse", val)
         if on_epoch:
             on_epoch(epoch, total / steps_per_epoch, val)
-        if val < best - 1e-4:
-            best, best_state, stale = val, copy.deepcopy(model.state_dict()), 0
-        else:
-            stale += 1
-            if stale >= config.patience:
-                break
-    model.load_state_dict(best_state)
+        if stopper.should_stop(val):
+            break
+    stopper.restore_best()
     return log
 
 
@@ -184,7 +198,7 @@ def meta_train(
         embeddings = [embed_all(model, builder, w) for w in eligible]
     params = adaptable_params(model, config.freeze_embedding)
     opt = torch.optim.Adam(params.values(), lr=config.outer_lr)
-    best, best_state, stale = math.inf, copy.deepcopy(model.state_dict()), 0
+    stopper = EarlyStopping(model, config.patience)
     for it in range(config.iterations):
         chosen = rng.choice(len(eligible), size=min(config.tasks_per_batch, len(eligible)), replace=False)
         if config.freeze_embedding:
@@ -199,15 +213,11 @@ def meta_train(
         if (it + 1) % config.eval_every == 0:
             val = maml_validation(model, builder, valid, config, seed)
             log.add("maml_valid_query_mse", val)
-            if val < best - 1e-4:
-                best, best_state, stale = val, copy.deepcopy(model.state_dict()), 0
-            else:
-                stale += 1
-                if stale >= config.patience:
-                    break
+            if stopper.should_stop(val):
+                break
         if on_iter:
-            on_iter(it, float(loss), val)
-    model.load_state_dict(best_state)
+            on_iter(it, loss.item(), val)
+    stopper.restore_best()
     for p in model.parameters():
         p.requires_grad_(True)
     return log

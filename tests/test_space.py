@@ -16,17 +16,9 @@ from metatune.space import (
 )
 from metatune.workloads import FAMILIES, Workload
 
-SMALL = {
-    "conv1d": "n=1,c=16,l=64,k=16,r=3,stride=1,pad=1",
-    "conv1d_transpose": "n=1,c=16,l=32,k=8,r=4,stride=2,pad=1",
-    "conv2d": "n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1",
-    "conv2d_transpose": "n=1,c=8,h=7,w=7,k=8,r=4,s=4,stride=2,pad=1",
-    "conv2d_winograd": "n=1,c=8,h=8,w=8,k=8,r=3,s=3,stride=1,pad=1",
-    "depthwise_conv2d": "n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
-    "dense": "m=16,n=32,k=24",
-    "dense_bias_relu": "m=16,n=32,k=24",
-    "batch_matmul": "b=2,m=16,n=8,k=24",
-}
+from .conftest import SMALL_SHAPES
+
+SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
 
 
 @functools.lru_cache(maxsize=None)
