@@ -9,11 +9,9 @@ import threading
 import types
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import pytest
 import torch
-import typer
 import yaml
 from safetensors.torch import save_file
 from typer.testing import CliRunner
