@@ -195,7 +195,7 @@ def tune(
     workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),
     model: Optional[str] = typer.Option(None, help="A whole model to tune (e.g. resnet18)."),
     trials: int = typer.Option(64, min=1, help="Total measured trials (including those already in --db)."),
-    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), xgb (TVM default) or random."),
+    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
