@@ -193,17 +193,20 @@ def encode(
 @app.command()
 def tune(
     workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),
-    model: Optional[str] = typer.Option(None, help="A whole model to tune (e.g. resnet18)."),
-    trials: int = typer.Option(64, min=1, help="Total measured trials (including those already in --db)."),
+    model: Optional[str] = typer.Option(None, help="A whole network to tune, all its tasks: resnet18 or tinycnn. Tasks "
+                                         "metatune's cost model cannot encode get TVM's default (XGB + evolutionary)."),
+    trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
+                                             "(including those already in --db)."),
     strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     seed: int = typer.Option(0, help="Random seed."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
+                                            "for --model: per-task results, model and PyTorch latency)."),
 ) -> None:
-    """Tune one operator on this device; the best schedule is verified against NumPy."""
+    """Tune one operator (checked against NumPy) or a whole model (checked and timed against PyTorch eager)."""
     from .commands.tune import run_tune
 
     run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out)

@@ -102,8 +102,9 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     return load_from_zoo(resolution.entry), resolution.entry.id, notes
 
 
-def _progress_callback(total: int, done: int, flops: int, report: Any) -> Any:
-    """A MeasureCallback that reports trials done and the best GFLOPS after every batch."""
+def progress_callback(total: int, done: int, report: Callable[[int, int, dict[int, float]], None]) -> Any:
+    """A MeasureCallback that reports, after every batch, the trials done and the best median
+    latency (s) of each task measured so far (by task index)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
@@ -111,22 +112,56 @@ def _progress_callback(total: int, done: int, flops: int, report: Any) -> Any:
     class ProgressCallback(PyMeasureCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.done, self.best = done, float("inf")
+            self.done = done
+            self.best: dict[int, float] = {}
 
         def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
                   runner_results: Any) -> None:
             for r in runner_results:
                 if r.error_msg is None and r.run_secs:
                     secs = sorted(float(x) for x in r.run_secs)
-                    self.best = min(self.best, secs[len(secs) // 2])
+                    self.best[task_id] = min(self.best.get(task_id, float("inf")), secs[len(secs) // 2])
             self.done += len(runner_results)
-            best = flops / self.best / 1e9 if self.best < float("inf") else 0.0
-            report(self.done, total, best)
+            report(self.done, total, self.best)
 
     return ProgressCallback()
 
 
-def _strategy_parts(strategy: str, trained: Any, seed: int) -> tuple[Any, Any]:
+@dataclass
+class TuningSetup:
+    """What every tuning run needs: the target, TVM's builder and runner (the Measurer), and
+    for the `metatune` strategy the resolved checkpoint."""
+
+    target: Any
+    fingerprint: Any
+    measurer: Any
+    trained: Any = None
+    checkpoint: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(strategy: str, trials: int, checkpoint: str, runner: str) -> TuningSetup:
+    """Validate the request, then set up measurement and the strategy's checkpoint."""
+    if strategy not in STRATEGIES:
+        raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if trials < 1:
+        raise MetatuneError("--trials must be >= 1")
+    from ..measure import Measurer, MeasureSettings
+    from ..runners import make_runner
+    from ..tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    settings = MeasureSettings(verify=False)
+    runner_obj, fingerprint = make_runner(runner, settings)
+    target = fingerprint.tvm_target()
+    setup = TuningSetup(target, fingerprint, Measurer(target, settings, runner=runner_obj))
+    if strategy == "metatune":
+        setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
+    return setup
+
+
+def strategy_parts(strategy: str, trained: Any, seed: int) -> tuple[Any, Any]:
+    """Cost model and search strategy of a strategy (TVM's names for its built-in ones)."""
     if strategy == "xgb":
         return "xgb", "evolutionary"
     if strategy == "random":
@@ -141,39 +176,27 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                   report: Callable[[int, int, float], None] | None = None) -> TuneResult:
     """Tune `workload` until the database holds `trials` trials of it; verify and report the best."""
-    if strategy not in STRATEGIES:
-        raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if trials < 1:
-        raise MetatuneError("--trials must be >= 1")
     from tvm.s_tir import meta_schedule as ms
 
     from ..check import check_schedule
-    from ..measure import Measurer, MeasureSettings
-    from ..runners import make_runner
     from ..space import DesignSpaces
-    from ..tvm_setup import import_tensor_intrinsics
 
-    import_tensor_intrinsics()
-    settings = MeasureSettings(verify=False)
-    runner_obj, fingerprint = make_runner(runner, settings)
-    target = fingerprint.tvm_target()
+    setup = prepare(strategy, trials, checkpoint, runner)
+    target, measurer, trained = setup.target, setup.measurer, setup.trained
     DesignSpaces(workload, target)  # raises a clear error when no design space covers it
-    trained, checkpoint_id, notes = (None, None, [])
-    if strategy == "metatune":
-        trained, checkpoint_id, notes = resolve_checkpoint(checkpoint, fingerprint)
     mod = workload.irmodule()
     db_dir.mkdir(parents=True, exist_ok=True)
     done = len(measured_latencies(db_dir, mod))
     remaining = trials - done
     start = time.perf_counter()
-    cost_model, search = _strategy_parts(strategy, trained, seed)
-    measurer = Measurer(target, settings, runner=runner_obj)
+    cost_model, search = strategy_parts(strategy, trained, seed)
     profile: dict[str, float] = {}
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
         if report is not None:
-            callbacks.append(_progress_callback(trials, done, workload.flops, report))
+            callbacks.append(progress_callback(
+                trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0)))
         with ms.Profiler() as profiler:
             ms.tune_tir(mod, target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
@@ -191,8 +214,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         workload=str(workload), strategy=strategy, trials=len(latencies),
         best_latency_us=round(best * 1e6, 3) if best < float("inf") else None,
         best_gflops=curve[-1] if curve and best < float("inf") else None, curve=curve, wall_s=round(wall, 2),
-        search_s=round(_search_seconds(profile), 2), measure_s=round(_measure_seconds(profile), 2),
-        failures=sum(lat is None for lat in latencies), checkpoint=checkpoint_id, notes=notes,
+        search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
+        failures=sum(lat is None for lat in latencies), checkpoint=setup.checkpoint, notes=setup.notes,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
     if not isinstance(cost_model, str):
@@ -208,13 +231,13 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
 MEASURE_SCOPES = ("SendToBuilder", "SendToRunner", "JoinRunnerFutures")
 
 
-def _measure_seconds(profile: dict[str, float]) -> float:
+def measure_seconds(profile: dict[str, float]) -> float:
     """Building and running candidates (MetaSchedule's task-scheduler scopes)."""
     return sum(profile.get(k, 0.0) for k in MEASURE_SCOPES)
 
 
-def _search_seconds(profile: dict[str, float]) -> float:
+def search_seconds(profile: dict[str, float]) -> float:
     """Everything that is not measuring or a measure callback: the search strategy's own time,
     computed the same way for every strategy so the numbers compare."""
     callbacks = sum(v for k, v in profile.items() if k.startswith("MeasureCallback/"))
-    return max(0.0, profile.get("Total", 0.0) - _measure_seconds(profile) - callbacks)
+    return max(0.0, profile.get("Total", 0.0) - measure_seconds(profile) - callbacks)

@@ -1,0 +1,105 @@
+"""Which tasks of a model metatune can tune, and TVM's default for the others.
+
+metatune's cost model reads a program as a graph on its super-graph template, which was built
+from the operator families it was trained on; BatchBO needs the task's design spaces as knob
+spaces. A task fails either (a pooling reduction, a reshape, a convolution with a fused
+bias/ReLU epilogue whose loops have no template slot) would make MetaTuneCostModel raise
+TemplateMismatch on every prediction and update. Such a task is tuned with XGBModel +
+EvolutionarySearch instead, and the choice is reported per task.
+
+The check samples a few configurations per design space. Should a later candidate still not
+encode, `RoutedCostModel` moves that task to the fallback model for the rest of the run and
+logs why, rather than failing the whole model.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from ..encode.supergraph import GraphEncoder
+
+logger = logging.getLogger(__name__)
+
+
+def _reason(err: Exception) -> str:
+    """The error's message without the template-rebuild advice (it is the same for every task);
+    errors raised in Python and re-raised by TVM keep the message on their last line."""
+    from ..encode.supergraph import REBUILD_HINT
+
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    return lines[-1].replace(f": {REBUILD_HINT}", "").strip()
+
+
+def uncovered_reason(context: "TuneContext", encoder: "GraphEncoder", samples_per_space: int = 4,
+                     seed: int = 0) -> str | None:
+    """None when BatchBO's knob space and the graph encoder accept every design space of the
+    task (on `samples_per_space` random configurations each); otherwise why not."""
+    from ..space import DesignSpaces, SearchSpace
+
+    try:
+        space = SearchSpace(DesignSpaces.from_context(context))
+        rng = np.random.default_rng(seed)
+        for knobs in space.knob_spaces:
+            for _ in range(samples_per_space):
+                cand = knobs.sample(rng)
+                if cand is not None:
+                    encoder.slots_of(encoder.analyse(cand))
+    except Exception as err:  # noqa: BLE001 - TemplateMismatch, SpaceError, or TVM refusing a replay
+        return _reason(err)
+    return None
+
+
+def _make_class() -> Any:
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    @derived_object
+    class RoutedCostModel(PyCostModel):
+        """One cost model per task, as MetaSchedule's task scheduler takes a single one:
+        tasks named in `primary_tasks` use `primary`, all others `fallback`."""
+
+        def __init__(self, primary: Any, fallback: Any, primary_tasks: set[str]) -> None:
+            super().__init__()
+            self.primary = primary
+            self.fallback = fallback
+            self.primary_tasks = set(primary_tasks)
+            self.demoted: dict[str, str] = {}  # task -> why it left the primary model mid-run
+
+        def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
+                   results: list["RunnerResult"]) -> None:
+            self._call("update", context, candidates, results)
+
+        def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
+            return self._call("predict", context, candidates)
+
+        def _call(self, method: str, context: "TuneContext", *args: Any) -> Any:
+            task = str(context.task_name)
+            if task in self.primary_tasks:
+                try:
+                    return getattr(self.primary, method)(context, *args)
+                except Exception as err:  # noqa: BLE001 - one task's encoding must not end the model's run
+                    self.primary_tasks.discard(task)
+                    self.demoted[task] = _reason(err)
+                    logger.warning("task %s: metatune's cost model failed in %s (%s); XGBModel takes over",
+                                   task, method, self.demoted[task])
+            return getattr(self.fallback, method)(context, *args)
+
+    return RoutedCostModel
+
+
+_CLASS: Any = None
+
+
+def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str]) -> Any:  # noqa: N802 (a class factory)
+    """Create the routing cost model (the class is built on first use so TVM is imported lazily)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _make_class()
+    return _CLASS(primary, fallback, primary_tasks)

@@ -1,0 +1,233 @@
+"""`metatune tune --model`: tune every task of a whole network, then compile, verify and time it.
+
+The network is imported through Relax (relax_model.py) and its tasks are tuned together by
+MetaSchedule's gradient task scheduler, which spends each batch on the task whose improvement
+would shorten the weighted model latency most. Builder, runner, JSON database and the
+per-strategy cost model and search are those of `tune_workload`. Under `metatune`, tasks
+that metatune's cost model cannot encode get TVM's default instead (fallback.py).
+The database makes the run resumable: trials already recorded for the model's tasks count
+towards `--trials`. The compiled model is checked against PyTorch before it is timed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import MetatuneError
+from ..models import get_model
+from .tuner import measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
+
+    from ..models import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+MODEL_STRATEGIES = ("metatune", "xgb", "random")
+
+
+@dataclass
+class TaskResult:
+    name: str
+    weight: int  # how many times the model calls this function
+    tuner: str  # cost model + search that tuned it: metatune, xgb, random, or xgb-fallback
+    uncovered: str | None = None  # why metatune's cost model cannot encode it (None: it can)
+    trials: int = 0  # in the database, this run's and earlier ones
+    best_latency_us: float | None = None
+
+
+@dataclass
+class ModelTuneResult:
+    model: str
+    strategy: str
+    trials: int
+    tasks: list[TaskResult]
+    model_latency_ms: float
+    torch_latency_ms: float  # PyTorch eager on the same BatchNorm-folded network and input
+    untuned: list[str]  # tasks without a successful trial: compiled unscheduled
+    threads: int
+    wall_s: float
+    tune_s: float
+    search_s: float
+    measure_s: float
+    compile_s: float
+    verified: bool = False
+    max_rel_error: float | None = None
+    checkpoint: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_request(model_name: str, strategy: str) -> "ModelSpec":
+    """The model's spec, or a one-line error for an unknown model or strategy (cheap: no TVM)."""
+    spec = get_model(model_name)
+    if strategy not in MODEL_STRATEGIES:
+        raise MetatuneError(f"strategy {strategy!r} is not available for --model; choose one of "
+                            f"{', '.join(MODEL_STRATEGIES)}")
+    return spec
+
+
+def _best_us(latencies: list[float | None]) -> float | None:
+    ok = [lat for lat in latencies if lat is not None]
+    return round(min(ok) * 1e6, 3) if ok else None
+
+
+def _coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
+    """Task name -> why metatune's cost model cannot encode it (None when it can)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..encode.supergraph import GraphEncoder
+    from .fallback import uncovered_reason
+
+    encoder = GraphEncoder()
+    out = {}
+    for task in tasks:
+        context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
+                                 task_name=task.task_name)
+        out[task.task_name] = uncovered_reason(context, encoder)
+        logger.info("task %s (weight %d): %s", task.task_name, task.weight,
+                    "metatune's cost model encodes it" if out[task.task_name] is None else out[task.task_name])
+    return out
+
+
+def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db_dir: Path,
+              seed: int) -> list["TuneContext"]:
+    """One TuneContext per task, each with its own clone of its search strategy (as
+    `extracted_tasks_to_tune_contexts` does, but with a strategy per task)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    # MetaSchedule prints its task table to stdout after every batch; its console handler takes
+    # the level of this logger: keep the table in <db>/logs and the terminal for the progress bar.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    loggers = get_loggers_from_work_dir(str(db_dir), [t.task_name for t in tasks])
+    return [
+        ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
+                       search_strategy=search, task_name=task.task_name, logger=log, rand_state=rand,
+                       num_threads=1).clone()
+        for task, search, log, rand in zip(tasks, searches, loggers, fork_seed(seed, n=len(tasks)))
+    ]
+
+
+def _status(tasks: list["ExtractedTask"]) -> Callable[[dict[int, float]], str]:
+    def status(best: dict[int, float]) -> str:
+        est = sum(tasks[i].weight * secs for i, secs in best.items()) * 1e3
+        return f"{len(best)}/{len(tasks)} tasks measured, their weighted best {est:.2f} ms"
+
+    return status
+
+
+def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: dict[str, str | None],
+          seed: int) -> tuple[Any, list[Any], dict[str, str], list[str]]:
+    """Cost model, each task's search strategy, each task's tuner name, and a note: the
+    strategy's parts, except that under `metatune` the tasks its cost model cannot encode get
+    XGBModel (through RoutedCostModel) and EvolutionarySearch."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .fallback import RoutedCostModel
+
+    cost_model, search = strategy_parts(strategy, setup.trained, seed)
+    tuners = {t.task_name: strategy for t in tasks}
+    searches = [search] * len(tasks)
+    if strategy != "metatune":
+        return cost_model, searches, tuners, []
+    encodable = {name for name, why in uncovered.items() if why is None}
+    for i, task in enumerate(tasks):
+        if task.task_name not in encodable:
+            tuners[task.task_name], searches[i] = "xgb-fallback", "evolutionary"
+    fallback = ms.cost_model.CostModel.create("xgb", num_tuning_cores=1, tree_method="auto")
+    note = (f"metatune's cost model encodes {len(encodable)} of {len(tasks)} tasks; the other "
+            f"{len(tasks) - len(encodable)} are tuned with XGBModel + EvolutionarySearch (TVM's default; "
+            "tasks[].uncovered says why)")
+    return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, [note]
+
+
+def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tuple[float, float, float, float]:
+    """(compile seconds, max relative error against PyTorch, TVM ms, PyTorch ms)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from . import model_runtime
+    from .relax_model import compile_model
+
+    t0 = time.perf_counter()
+    database = ms.database.JSONDatabase(work_dir=str(db_dir))
+    compiled = model_runtime.CompiledModel(compile_model(model.mod, target, database))
+    compile_s = time.perf_counter() - t0
+    error, run_s = model_runtime.verify(compiled, model.module, model.example)  # raises WrongResultError
+    model_ms = compiled.latency_ms(model.example.numpy(), model_runtime.repeats_for(run_s))
+    torch_ms = model_runtime.torch_latency_ms(model.folded, model.example, threads,
+                                              model_runtime.repeats_for(model_ms / 1e3))
+    return compile_s, error, model_ms, torch_ms
+
+
+def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
+               runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
+               report: Callable[[int, int, str], None] | None = None) -> ModelTuneResult:
+    """Tune all tasks of `model_name` until the database holds `trials` trials of them in total,
+    then compile the model with the best schedules, check it against PyTorch and time both."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .relax_model import extract_tasks, import_model
+
+    start = time.perf_counter()
+    spec = check_request(model_name, strategy)
+    setup = prepare(strategy, trials, checkpoint, runner)
+    target = setup.target
+    model = import_model(spec)
+    tasks = extract_tasks(model.mod, target)
+    uncovered = _coverage(tasks, target)
+    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
+    notes = setup.notes + notes
+    db_dir.mkdir(parents=True, exist_ok=True)
+    done = sum(len(measured_latencies(db_dir, t.dispatched[0])) for t in tasks)
+    remaining = trials - done
+    profile: dict[str, float] = {}
+    tune_start = time.perf_counter()
+    if remaining > 0:
+        # The gradient scheduler first gives each task one batch in turn: small enough batches
+        # let every task get a schedule within the budget.
+        per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
+        if per_iter < trials_per_iter:
+            notes.append(f"batches of {per_iter} (not {trials_per_iter}) so that all {len(tasks)} tasks "
+                         f"get measured within {remaining} trials")
+        callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+        if report is not None:
+            status = _status(tasks)
+            callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best))))
+        with ms.Profiler() as profiler:
+            ms.tune_tasks(tasks=_contexts(tasks, target, searches, db_dir, seed),
+                          task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
+                          max_trials_global=remaining, num_trials_per_iter=per_iter,
+                          builder=setup.measurer.builder, runner=setup.measurer.runner,
+                          database=ms.database.JSONDatabase(work_dir=str(db_dir)), cost_model=cost_model,
+                          measure_callbacks=callbacks, task_scheduler=ms.task_scheduler.GradientBased(seed=seed))
+        profile = {k: float(v) for k, v in profiler.get().items()}
+        for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():
+            tuners[task], uncovered[task] = "xgb-fallback", why
+            notes.append(f"task {task} moved to XGBModel during tuning: {why}")
+    tune_s = time.perf_counter() - tune_start
+    results = []
+    for task in tasks:
+        latencies = measured_latencies(db_dir, task.dispatched[0])
+        results.append(TaskResult(task.task_name, int(task.weight), tuners[task.task_name],
+                                  uncovered[task.task_name], len(latencies), _best_us(latencies)))
+    untuned = [r.name for r in results if r.best_latency_us is None]
+    if untuned:
+        notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
+    threads = setup.measurer.settings.num_threads
+    compile_s, error, model_ms, torch_ms = _compile_and_time(model, target, db_dir, threads)
+    return ModelTuneResult(
+        model=model_name, strategy=strategy, trials=sum(r.trials for r in results), tasks=results,
+        model_latency_ms=round(model_ms, 3), torch_latency_ms=round(torch_ms, 3), untuned=untuned, threads=threads,
+        wall_s=round(time.perf_counter() - start, 2), tune_s=round(tune_s, 2),
+        search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
+        compile_s=round(compile_s, 2), verified=True, max_rel_error=error, checkpoint=setup.checkpoint, notes=notes,
+    )
