@@ -23,6 +23,9 @@ demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkp
 train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing) → train → evaluate → publish, per train/configs/*.yaml
 	$(BIN)/python -m metatune.train_zoo
 
+bench: $(STAMP)  ## head-to-head on ResNet-18's layers (hours; resumable): every strategy, PyTorch and peak references
+	$(BIN)/metatune bench --suite resnet18 --budgets 16,32,64,128,256 --strategies metatune,xgb,xgb-transfer,random --out runs/bench-resnet18
+
 test: $(STAMP)  ## fast test suite (what CI runs)
 	$(BIN)/python -m pytest -q
 

@@ -236,6 +236,27 @@ def evaluate(
     run_evaluate(data, run, config, echo=typer.echo)
 
 
+@app.command()
+def bench(
+    suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "
+                                            "file listing workload texts or {name, workload} items."),
+    budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
+    strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
+    repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
+    out: Path = typer.Option(Path("runs/bench"), help="Output directory; re-running with it resumes."),
+    checkpoint: str = typer.Option("auto", help="Checkpoint for the metatune strategy ('auto' = zoo)."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
+    references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
+    report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
+) -> None:
+    """Tune every workload of a suite with every strategy, side by side; write a table and curves."""
+    from .commands.bench import run_bench_command
+
+    run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter, references,
+                      report_only)
+
+
 zoo_app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",
                       no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")

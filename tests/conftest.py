@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 SMALL_SHAPES = {
@@ -17,8 +19,23 @@ SMALL_SHAPES = {
 }
 
 
-@pytest.fixture(scope="session")
-def target():
+@functools.lru_cache(maxsize=None)
+def local_target():
+    """This machine's TVM target (cached: fingerprinting reads /proc/cpuinfo and LLVM)."""
     from metatune.device import local_fingerprint
 
     return local_fingerprint().tvm_target()
+
+
+@functools.lru_cache(maxsize=None)
+def small_search_space(family: str):
+    """The knob space of the family's small shape, built once per test session."""
+    from metatune.space import DesignSpaces, SearchSpace
+    from metatune.workloads import Workload
+
+    return SearchSpace(DesignSpaces(Workload.parse(SMALL_SHAPES[family]), local_target()))
+
+
+@pytest.fixture(scope="session")
+def target():
+    return local_target()

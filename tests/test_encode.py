@@ -14,25 +14,15 @@ from metatune.encode.loopgraph import extract
 from metatune.encode.supergraph import (
     NODE_WIDTH, TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template, read_template_json,
 )
-from metatune.space import CATEGORICAL, DesignSpaces, SearchSpace
-from metatune.workloads import FAMILIES, Workload
+from metatune.space import CATEGORICAL
+from metatune.workloads import FAMILIES
 
 from .conftest import SMALL_SHAPES
+from .conftest import local_target as target
+from .conftest import small_search_space as search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
 COLUMN = {name: 3 + i for i, name in enumerate(FEATURE_NAMES)}  # columns of x after the node type
-
-
-@functools.lru_cache(maxsize=None)
-def target():
-    from metatune.device import local_fingerprint
-
-    return local_fingerprint().tvm_target()
-
-
-@functools.lru_cache(maxsize=None)
-def search_space(family: str) -> SearchSpace:
-    return SearchSpace(DesignSpaces(Workload.parse(f"{family}:{SMALL[family]}"), target()))
 
 
 @functools.lru_cache(maxsize=None)

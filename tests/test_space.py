@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 
@@ -10,27 +9,14 @@ import numpy as np
 import pytest
 import tvm
 
-from metatune.space import (
-    CATEGORICAL, COMPUTE_LOCATION, TILE, Candidate, Config, DesignSpaces, KnobSpace, SearchSpace,
-    perfect_tilings,
-)
-from metatune.workloads import FAMILIES, Workload
+from metatune.space import CATEGORICAL, COMPUTE_LOCATION, TILE, Candidate, Config, KnobSpace, perfect_tilings
+from metatune.workloads import FAMILIES
 
 from .conftest import SMALL_SHAPES
+from .conftest import local_target as target
+from .conftest import small_search_space as search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
-
-
-@functools.lru_cache(maxsize=None)
-def target():
-    from metatune.device import local_fingerprint
-
-    return local_fingerprint().tvm_target()
-
-
-@functools.lru_cache(maxsize=None)
-def search_space(family: str) -> SearchSpace:
-    return SearchSpace(DesignSpaces(Workload.parse(f"{family}:{SMALL[family]}"), target()))
 
 
 def test_small_shapes_cover_every_family():

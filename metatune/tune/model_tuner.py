@@ -6,7 +6,9 @@ would shorten the weighted model latency most. Builder, runner, JSON database an
 per-strategy cost model and search are those of `tune_workload`. Under `metatune`, tasks
 that metatune's cost model cannot encode get TVM's default instead (fallback.py).
 The database makes the run resumable: trials already recorded for the model's tasks count
-towards `--trials`. The compiled model is checked against PyTorch before it is timed.
+towards `--trials` (the scheduler checks the budget before each batch, so the last batch can
+take the total a little past it; the result reports the true count). The compiled model is
+checked against PyTorch before it is timed.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
 
     from .fallback import RoutedCostModel
 
-    cost_model, search = strategy_parts(strategy, setup.trained, seed)
+    cost_model, search = strategy_parts(strategy, setup, seed)
     tuners = {t.task_name: strategy for t in tasks}
     searches = [search] * len(tasks)
     if strategy != "metatune":

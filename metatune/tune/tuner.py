@@ -3,6 +3,7 @@
 Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
 * `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search;
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
+* `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
 * `random` — random configurations (MetaSchedule's ReplayTrace), no cost model.
 The database directory makes a run resumable: trials already recorded for the workload
 count towards `--trials`. The best schedule is checked against NumPy before it is reported.
@@ -20,7 +21,7 @@ from typing import Any, Callable
 from .. import MetatuneError
 from ..workloads import Workload
 
-STRATEGIES = ("metatune", "xgb", "random")
+STRATEGIES = ("metatune", "xgb", "xgb-transfer", "random")
 RECORD_FILE = "database_tuning_record.json"
 WORKLOAD_FILE = "database_workload.json"
 
@@ -138,10 +139,13 @@ class TuningSetup:
     trained: Any = None
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
+    transfer: Any = None  # xgb-transfer's pretrained XGBModel (a TransferredXGB)
 
 
-def prepare(strategy: str, trials: int, checkpoint: str, runner: str) -> TuningSetup:
-    """Validate the request, then set up measurement and the strategy's checkpoint."""
+def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None) -> TuningSetup:
+    """Validate the request, then set up measurement and the strategy's checkpoint or pretrained
+    model. xgb-transfer trains its model from this device's dataset unless `transfer` is given
+    (slow: pass one when tuning many workloads)."""
     if strategy not in STRATEGIES:
         raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if trials < 1:
@@ -157,39 +161,47 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str) -> TuningS
     setup = TuningSetup(target, fingerprint, Measurer(target, settings, runner=runner_obj))
     if strategy == "metatune":
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
+    elif strategy == "xgb-transfer":
+        from .transfer import TransferredXGB, default_dataset_dir
+
+        setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), target)
     return setup
 
 
-def strategy_parts(strategy: str, trained: Any, seed: int) -> tuple[Any, Any]:
+def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, Any]:
     """Cost model and search strategy of a strategy (TVM's names for its built-in ones)."""
     if strategy == "xgb":
         return "xgb", "evolutionary"
+    if strategy == "xgb-transfer":
+        return setup.transfer.fresh(), "evolutionary"
     if strategy == "random":
         return "random", "replay-trace"
     from .cost_model import MetaTuneCostModel
     from .search import BatchBO
 
-    return MetaTuneCostModel(trained), BatchBO(seed=seed)
+    return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
 
 
 def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
-                  report: Callable[[int, int, float], None] | None = None) -> TuneResult:
-    """Tune `workload` until the database holds `trials` trials of it; verify and report the best."""
+                  report: Callable[[int, int, float], None] | None = None,
+                  transfer: Any = None) -> TuneResult:
+    """Tune `workload` until the database holds `trials` trials of it; verify and report the best.
+    `transfer`: see `prepare`."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..check import check_schedule
     from ..space import DesignSpaces
 
-    setup = prepare(strategy, trials, checkpoint, runner)
-    target, measurer, trained = setup.target, setup.measurer, setup.trained
+    setup = prepare(strategy, trials, checkpoint, runner, transfer)
+    target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, target)  # raises a clear error when no design space covers it
     mod = workload.irmodule()
     db_dir.mkdir(parents=True, exist_ok=True)
     done = len(measured_latencies(db_dir, mod))
     remaining = trials - done
     start = time.perf_counter()
-    cost_model, search = strategy_parts(strategy, trained, seed)
+    cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
@@ -218,8 +230,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         failures=sum(lat is None for lat in latencies), checkpoint=setup.checkpoint, notes=setup.notes,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
-    if not isinstance(cost_model, str):
-        result.encode_s = round(cost_model.encode_seconds, 2)
+    if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own
+        result.encode_s = round(getattr(cost_model, "encode_seconds", 0.0), 2)
     if result.best_latency_us is not None:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         sch = ms.tir_integration.compile_tir(database, mod, target)

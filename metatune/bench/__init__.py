@@ -1,0 +1,1 @@
+"""Head-to-head tuning benchmarks: suites, references, runs, tables and curves."""

@@ -1,0 +1,196 @@
+"""Tables and curves from a bench directory's run results (re-derivable at any time).
+
+Numbers over repeats are medians. "vs xgb" ratios are best-latency speed-ups over TVM's default
+tuner at the same budget, combined over workloads by geometric mean.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BASELINE = "xgb"
+CSV_FIELDS = ("workload", "workload_text", "strategy", "repeat", "budget", "best_gflops", "best_latency_us",
+              "trials", "wall_s", "search_s", "measure_s", "encode_s", "update_s", "failures", "verified",
+              "max_rel_error", "resumed")
+
+
+@dataclass
+class Run:
+    """One tuning run's result JSON."""
+
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def strategy(self) -> str:
+        return self.data["strategy"]
+
+    def best_at(self, budget: int) -> float | None:
+        """Best GFLOPS within the first `budget` trials (None if the run is shorter)."""
+        curve = self.data["curve"]
+        if len(curve) < budget:
+            return None
+        return curve[budget - 1] or None
+
+    def trials_to_reach(self, gflops: float) -> int | None:
+        return next((i + 1 for i, g in enumerate(self.data["curve"]) if g >= gflops), None)
+
+
+def load_runs(out: Path) -> list[Run]:
+    return [Run(json.loads(p.read_text())) for p in sorted((out / "runs").glob("*/*.json"))]
+
+
+def workload_order(runs: list[Run]) -> list[str]:
+    order: list[str] = []
+    for r in sorted(runs, key=lambda r: r.data.get("started", "")):
+        if r.name not in order:
+            order.append(r.name)
+    return order
+
+
+def strategy_order(runs: list[Run]) -> list[str]:
+    preferred = ["metatune", "gradient", "xgb-transfer", "xgb", "random"]
+    present = {r.strategy for r in runs}
+    return [s for s in preferred if s in present] + sorted(present - set(preferred))
+
+
+def _median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def best(runs: list[Run], name: str, strategy: str, budget: int) -> float | None:
+    return _median([r.best_at(budget) for r in runs if r.name == name and r.strategy == strategy])
+
+
+def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for r in runs:
+            for budget in budgets:
+                gflops = r.best_at(budget)
+                if gflops is None:
+                    continue
+                writer.writerow({
+                    "workload": r.name, "workload_text": r.data["workload"], "strategy": r.strategy,
+                    "repeat": r.data["repeat"], "budget": budget, "best_gflops": gflops,
+                    "best_latency_us": round(_flops(r) / gflops / 1e3, 3),
+                    **{k: r.data.get(k) for k in CSV_FIELDS[7:]},
+                })
+
+
+def _flops(run: Run) -> float:
+    from ..workloads import Workload
+
+    return float(Workload.parse(run.data["workload"]).flops)
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) -> str:
+    names, strategies = workload_order(runs), strategy_order(runs)
+    torch_refs = references.get("torch", {})
+    peak = references.get("fp32_peak_gflops")
+    lines = [f"Best GFLOPS after each budget of trials (median of repeats); PyTorch eager and the fp32 peak "
+             f"({_fmt(peak)} GFLOPS) measured in the same run.", ""]
+    xgb_max = {n: best(runs, n, BASELINE, budgets[-1]) for n in names}
+    header = ["workload", "strategy", *[str(b) for b in budgets], f"trials to 95% of xgb@{budgets[-1]}",
+              "PyTorch GFLOPS", "% of PyTorch", "% of peak"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for n in names:
+        torch_gflops = torch_refs.get(n, {}).get("gflops")
+        for s in strategies:
+            values = [best(runs, n, s, b) for b in budgets]
+            reached = None
+            if xgb_max[n]:
+                reached = _median([r.trials_to_reach(0.95 * xgb_max[n]) for r in runs if r.name == n and r.strategy == s])
+            final = next((v for v in reversed(values) if v is not None), None)
+            lines.append("| " + " | ".join([
+                n, s, *[_fmt(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),
+                _fmt(100 * final / torch_gflops if final and torch_gflops else None, 0, "%"),
+                _fmt(100 * final / peak if final and peak else None, 0, "%"),
+            ]) + " |")
+    lines += ["", summary(runs, budgets, names, strategies)]
+    return "\n".join(lines) + "\n"
+
+
+def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: list[str]) -> str:
+    """Geomean speed-up over xgb per budget, and where each strategy's wall time went."""
+    header = ["strategy", *[f"vs xgb @{b}" for b in budgets], "s/trial search", "measure", "encode", "model update"]
+    lines = ["Geometric-mean speed-up over xgb at the same budget (workloads where both reached it), "
+             "and wall time per trial (median over runs):", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for s in strategies:
+        ratios = []
+        for b in budgets:
+            pairs = [(best(runs, n, s, b), best(runs, n, BASELINE, b)) for n in names]
+            ratios.append(geomean([a / x for a, x in pairs if a and x]))
+        own = [r for r in runs if r.strategy == s and r.data["trials"]]
+        per_trial = [_median([r.data[k] / r.data["trials"] for r in own]) for k in ("search_s", "measure_s", "encode_s",
+                                                                                     "update_s")]
+        lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios], *[_fmt(v, 3) for v in per_trial]]) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None:
+    """Best-so-far GFLOPS vs trials: one panel per workload, one line per strategy (median)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, strategies = workload_order(runs), strategy_order(runs)
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, n in zip(axes.flat, names):
+        for s in strategies:
+            curves = [r.data["curve"] for r in runs if r.name == n and r.strategy == s]
+            if not curves:
+                continue
+            length = min(len(c) for c in curves)
+            median = [statistics.median(c[i] for c in curves) for i in range(length)]
+            ax.plot(range(1, length + 1), median, label=s)
+        torch_gflops = references.get("torch", {}).get(n, {}).get("gflops")
+        if torch_gflops:
+            ax.axhline(torch_gflops, color="grey", linestyle="--", linewidth=1, label="PyTorch eager")
+        ax.set_title(n, fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOPS")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, budgets: list[int]) -> str:
+    """results.csv, table.md and curves.png from everything measured so far; returns the table."""
+    runs = load_runs(out)
+    if not runs:
+        return ""
+    references = json.loads((out / "references.json").read_text()) if (out / "references.json").exists() else {}
+    write_csv(runs, budgets, out / "results.csv")
+    table = markdown(runs, budgets, references)
+    (out / "table.md").write_text(table)
+    plot_curves(runs, references, out / "curves.png")
+    return table

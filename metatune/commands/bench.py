@@ -1,0 +1,49 @@
+"""`metatune bench`: the head-to-head suite, with a progress bar and the table at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .. import MetatuneError
+
+
+def parse_list(text: str, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise MetatuneError(f"{what}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def parse_budgets(text: str) -> list[int]:
+    try:
+        return [int(b) for b in parse_list(text, "--budgets")]
+    except ValueError:
+        raise MetatuneError(f"--budgets: expected trial counts such as 16,32,64, got {text!r}") from None
+
+
+def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
+                      runner: str, trials_per_iter: int, references: bool, report_only: bool) -> None:
+    from ..bench.report import write_report
+    from ..bench.runner import BenchConfig, BenchProgress, run_bench
+    from ..progress import progress_bar
+
+    config = BenchConfig(suite=suite, budgets=parse_budgets(budgets), strategies=parse_list(strategies, "--strategies"),
+                         repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
+                         trials_per_iter=trials_per_iter, references=references)
+    if not report_only:
+        from ..bench.suites import load_suite
+
+        total = len(load_suite(suite)) * len(config.strategies) * repeats * config.max_trials
+        with progress_bar() as bar:
+            task = bar.add_task(f"bench {suite}", total=total, status="")
+            progress = BenchProgress(total=total)
+            progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
+            run_bench(config, progress, echo=lambda m: typer.echo(m, err=True),
+                      after_run=lambda: write_report(out, config.budgets))
+    table = write_report(out, config.budgets)
+    if not table:
+        raise MetatuneError(f"{out} holds no bench results yet")
+    typer.echo(table)
+    typer.echo(f"results: {out / 'results.csv'}, {out / 'table.md'}, {out / 'curves.png'}")

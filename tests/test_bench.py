@@ -1,0 +1,125 @@
+"""`metatune bench`: the quick suite end to end (structure only, not speed), suites, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from metatune import MetatuneError
+from metatune.bench.runner import BenchConfig, plan
+from metatune.bench.suites import load_suite
+from metatune.data.store import DatasetStore
+
+SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+STRATEGIES = ["metatune", "xgb", "xgb-transfer", "random"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True,
+                          timeout=900, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory) -> Path:
+    """Two sealed training workloads of the shipped dataset: enough to pretrain xgb-transfer quickly."""
+    root = tmp_path_factory.mktemp("dataset")
+    stores = [s for s in DatasetStore(SHIPPED) if s.split == "train" and s.sealed][:2]
+    assert len(stores) == 2
+    for store in stores:
+        link = root / "workloads" / store.workload.family / store.dir.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(store.dir)
+    return root
+
+
+@pytest.fixture(scope="module")
+def quick_bench(tmp_path_factory, small_dataset) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("bench")
+    args = ("bench", "--suite", "quick", "--budgets", "2,4", "--trials-per-iter", "4",
+            "--strategies", ",".join(STRATEGIES), "--out", str(out))
+    return out, run_cli(*args, env={"METATUNE_DATASET": str(small_dataset)})
+
+
+def test_quick_suite_every_strategy_produces_verified_results(quick_bench):
+    out, proc = quick_bench
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    names = [b.name for b in load_suite("quick")]
+    assert {(r["workload"], r["strategy"], r["budget"]) for r in rows} == {
+        (n, s, b) for n in names for s in STRATEGIES for b in ("2", "4")}
+    assert all(r["verified"] == "True" and float(r["best_gflops"]) > 0 for r in rows)
+    for r in rows:  # best-so-far never decreases with the budget
+        if r["budget"] == "4":
+            at2 = next(x for x in rows if x["budget"] == "2" and (x["workload"], x["strategy"]) == (r["workload"], r["strategy"]))
+            assert float(r["best_gflops"]) >= float(at2["best_gflops"])
+
+
+def test_quick_suite_writes_table_curves_and_references(quick_bench):
+    out, proc = quick_bench
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (out / "table.md").read_text()
+    for strategy in STRATEGIES:
+        assert f"| {strategy} |" in table
+    assert "vs xgb @4" in table
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    references = json.loads((out / "references.json").read_text())
+    assert references["fp32_peak_gflops"] > 0
+    assert set(references["torch"]) == {b.name for b in load_suite("quick")}
+    assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 for r in references["torch"].values())
+
+
+def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset):
+    out, proc = quick_bench
+    assert proc.returncode == 0
+    before = {p: p.read_text() for p in (out / "runs").glob("*/*.json")}
+    again = run_cli("bench", "--suite", "quick", "--budgets", "2,4", "--strategies", ",".join(STRATEGIES),
+                    "--out", str(out), env={"METATUNE_DATASET": str(small_dataset)})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {p: p.read_text() for p in (out / "runs").glob("*/*.json")} == before
+
+
+def test_plan_rotates_strategies_per_workload():
+    suite = load_suite("quick")
+    order = [key.strategy for _, key in plan(suite, ["a", "b", "c"], repeats=1)]
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_suite_from_file(tmp_path):
+    path = tmp_path / "suite.yaml"
+    path.write_text("- C6\n- {name: small, workload: 'dense:m=64,n=64,k=64'}\n- 'dense:m=32,n=32,k=32'\n")
+    assert [b.name for b in load_suite(str(path))] == ["C6", "small", "dense"]
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("- 'nosuchop:m=1'\n", "unknown family"),
+    ("{}\n", "non-empty list"),
+    ("- {name: a, workload: C6}\n- {name: a, workload: C7}\n", "duplicate workload names a"),
+])
+def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
+    path = tmp_path / "suite.yaml"
+    path.write_text(content)
+    with pytest.raises(MetatuneError, match=fragment):
+        load_suite(str(path))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--suite", "nosuch"), "unknown suite"),
+    (("--budgets", "16,x"), "--budgets"),
+    (("--strategies", "metatune,magic"), "unknown strategy magic"),
+])
+def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
+    proc = run_cli("bench", *args, "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_config_sorts_and_checks_budgets():
+    assert BenchConfig("quick", [64, 16, 32, 16], ["xgb"]).budgets == [16, 32, 64]
+    with pytest.raises(MetatuneError):
+        BenchConfig("quick", [0], ["xgb"])
