@@ -21,7 +21,7 @@ from typing import Any, Callable
 from .. import MetatuneError
 from ..workloads import Workload
 
-STRATEGIES = ("metatune", "xgb", "xgb-transfer", "random")
+STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 RECORD_FILE = "database_tuning_record.json"
 WORKLOAD_FILE = "database_workload.json"
 
@@ -159,7 +159,7 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     runner_obj, fingerprint = make_runner(runner, settings)
     target = fingerprint.tvm_target()
     setup = TuningSetup(target, fingerprint, Measurer(target, settings, runner=runner_obj))
-    if strategy == "metatune":
+    if strategy in ("metatune", "gradient"):
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
     elif strategy == "xgb-transfer":
         from .transfer import TransferredXGB, default_dataset_dir
@@ -177,6 +177,12 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
     if strategy == "random":
         return "random", "replay-trace"
     from .cost_model import MetaTuneCostModel
+
+    if strategy == "gradient":
+        from ..gradient.search import GradientSearch
+
+        cost_model = MetaTuneCostModel(setup.trained)
+        return cost_model, GradientSearch(cost_model, seed=seed)
     from .search import BatchBO
 
     return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
