@@ -240,6 +240,9 @@ def evaluate(
 def bench(
     suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "
                                             "file listing workload texts or {name, workload} items."),
+    model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (e.g. resnet18) "
+                                                   "per strategy and time it against PyTorch eager."),
+    trials_total: int = typer.Option(1000, min=1, help="With --model: trials per strategy over all of the model's tasks."),
     budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
     strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
     repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
@@ -250,9 +253,13 @@ def bench(
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
 ) -> None:
-    """Tune every workload of a suite with every strategy, side by side; write a table and curves."""
-    from .commands.bench import run_bench_command
+    """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
+    from .commands.bench import run_bench_command, run_model_bench_command
 
+    if model is not None:
+        run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner, trials_per_iter,
+                                report_only)
+        return
     run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter, references,
                       report_only)
 

@@ -123,3 +123,18 @@ def test_config_sorts_and_checks_budgets():
     assert BenchConfig("quick", [64, 16, 32, 16], ["xgb"]).budgets == [16, 32, 64]
     with pytest.raises(MetatuneError):
         BenchConfig("quick", [0], ["xgb"])
+
+
+def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
+    out = tmp_path / "model-bench"
+    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "8", "--strategies", "random", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "model" / "tinycnn" / "random-r0.json").read_text())
+    assert result["verified"] and result["trials"] >= 8 and result["model_latency_ms"] > 0
+    assert result["torch_latency_ms"] > 0
+    assert "| tinycnn | random |" in (out / "model_table.md").read_text()
+
+
+def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
+    proc = run_cli("bench", "--model", "nosuchnet", "--strategies", "random", "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and "nosuchnet" in proc.stderr and "Traceback" not in proc.stderr

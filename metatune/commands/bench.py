@@ -23,6 +23,27 @@ def parse_budgets(text: str) -> list[int]:
         raise MetatuneError(f"--budgets: expected trial counts such as 16,32,64, got {text!r}") from None
 
 
+def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,
+                            checkpoint: str, runner: str, trials_per_iter: int, report_only: bool) -> None:
+    from ..bench.model_bench import model_table, run_model_bench
+    from ..bench.runner import BenchProgress
+    from ..progress import progress_bar
+
+    names = parse_list(strategies, "--strategies")
+    if not report_only:
+        total = len(names) * repeats * trials_total
+        with progress_bar() as bar:
+            task = bar.add_task(f"bench {model}", total=total, status="")
+            progress = BenchProgress(total=total)
+            progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
+            run_model_bench(model, trials_total, names, repeats, out, checkpoint, runner, trials_per_iter, progress)
+    table = model_table(out)
+    if not table:
+        raise MetatuneError(f"{out} holds no model bench results yet")
+    (out / "model_table.md").write_text(table)
+    typer.echo(table)
+
+
 def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
                       runner: str, trials_per_iter: int, references: bool, report_only: bool) -> None:
     from ..bench.report import write_report
