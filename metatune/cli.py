@@ -197,7 +197,7 @@ def tune(
                                          "metatune's cost model cannot encode get TVM's default (XGB + evolutionary)."),
     trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
                                              "(including those already in --db)."),
-    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
+    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),

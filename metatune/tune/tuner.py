@@ -2,6 +2,7 @@
 
 Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
 * `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search;
+* `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
 * `random` — random configurations (MetaSchedule's ReplayTrace), no cost model.
