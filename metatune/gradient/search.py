@@ -466,34 +466,15 @@ class _GradientLogic:
                 self.observations.setdefault(config, statistics.median(secs))
 
 
-_CLASS: Any = None
-
-
 def _gradient_search_class() -> Any:
     """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-    global _CLASS
-    if _CLASS is None:
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+    from ..tune.plugin import search_strategy_class
 
-        @derived_object
-        class GradientSearch(PySearchStrategy, _GradientLogic):  # type: ignore[misc]
-            """Felix-style gradient descent over tile sizes through a MetaTuneCostModel.
-
-            `GradientSearch(cost_model, **GradientSettings fields)`. Counters: `.stats` (this
-            task), `.total_stats()` (every clone: `tune_tir`/`tune_tasks` run one per task).
-            """
-
-            __init__ = _GradientLogic.__init__
-            _initialize_with_tune_context = _GradientLogic._initialize_with_tune_context
-            pre_tuning = _GradientLogic.pre_tuning
-            post_tuning = _GradientLogic.post_tuning
-            generate_measure_candidates = _GradientLogic.generate_measure_candidates
-            notify_runner_results = _GradientLogic.notify_runner_results
-            clone = _GradientLogic.clone
-
-        _CLASS = GradientSearch
-    return _CLASS
+    return search_strategy_class(
+        _GradientLogic, "GradientSearch",
+        "Felix-style gradient descent over tile sizes through a MetaTuneCostModel. "
+        "`GradientSearch(cost_model, **GradientSettings fields)`. Counters: `.stats` (this task), "
+        "`.total_stats()` (every clone: `tune_tir`/`tune_tasks` run one per task).")
 
 
 def __getattr__(name: str) -> Any:

@@ -490,36 +490,15 @@ class _BatchBOLogic:
         return picks
 
 
-_CLASS: Any = None
-
-
 def _batch_bo_class() -> Any:
     """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-    global _CLASS
-    if _CLASS is None:
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+    from .plugin import search_strategy_class
 
-        @derived_object
-        class BatchBO(PySearchStrategy, _BatchBOLogic):  # type: ignore[misc]
-            """Batch Bayesian optimisation over knob configurations, the cost model as the GP's prior mean.
-
-            Keywords: the fields of `BatchBOSettings`. Counters: `.stats` (this task),
-            `.total_stats()` (every clone: `tune_tir`/`tune_tasks` run clones, one per task).
-            """
-
-            # PySearchStrategy comes first (derived_object reads its metadata from the first
-            # base), so its NotImplementedError stubs are overridden explicitly here.
-            __init__ = _BatchBOLogic.__init__
-            _initialize_with_tune_context = _BatchBOLogic._initialize_with_tune_context
-            pre_tuning = _BatchBOLogic.pre_tuning
-            post_tuning = _BatchBOLogic.post_tuning
-            generate_measure_candidates = _BatchBOLogic.generate_measure_candidates
-            notify_runner_results = _BatchBOLogic.notify_runner_results
-            clone = _BatchBOLogic.clone
-
-        _CLASS = BatchBO
-    return _CLASS
+    return search_strategy_class(
+        _BatchBOLogic, "BatchBO",
+        "Batch Bayesian optimisation over knob configurations, the cost model as the GP's prior mean. "
+        "Keywords: the fields of `BatchBOSettings`. Counters: `.stats` (this task), `.total_stats()` "
+        "(every clone: `tune_tir`/`tune_tasks` run clones, one per task).")
 
 
 def __getattr__(name: str) -> Any:
