@@ -147,6 +147,17 @@ def dataset_info(
     run_info(directory, as_json)
 
 
+@dataset_app.command("encode")
+def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory.")) -> None:
+    """Encode every complete workload as super-graph programs into DIR/cache/<template version>/.
+
+    Training reads this cache; an entry whose record count or template version no longer matches
+    is re-encoded, so re-running after the dataset grew or the template changed is always safe."""
+    from .commands.dataset import run_encode
+
+    run_encode(directory)
+
+
 @dataset_app.command("export")
 def dataset_export(
     directory: Path = typer.Argument(..., help="Dataset directory."),

@@ -135,6 +135,17 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     info = cli("dataset", "info", str(out), "--json")
     assert json.loads(info.stdout)["totals"]["records"] == 48
 
+    # The encoding cache: every complete workload once; a second run reads it instead of re-encoding.
+    from metatune.encode import TEMPLATE_VERSION
+
+    first = cli("dataset", "encode", str(out), timeout=300)
+    assert first.returncode == 0 and "3 complete workloads, 48 programs" in first.stdout, first.stderr
+    cache = sorted((out / "cache" / str(TEMPLATE_VERSION)).rglob("*.safetensors"))
+    assert len(cache) == 3
+    mtimes = [p.stat().st_mtime_ns for p in cache]
+    assert cli("dataset", "encode", str(out), timeout=300).returncode == 0
+    assert [p.stat().st_mtime_ns for p in cache] == mtimes
+
 
 def test_resume_refuses_another_spec(tmp_path):
     spec = write_spec(tmp_path, samples=2)

@@ -1,4 +1,4 @@
-"""`metatune dataset build | info | export`."""
+"""`metatune dataset build | info | encode | export`."""
 
 from __future__ import annotations
 
@@ -38,6 +38,20 @@ def run_info(directory: Path, as_json: bool) -> None:
         typer.echo(json.dumps(card, indent=2))
     else:
         typer.echo(summarize(card))
+
+
+def run_encode(directory: Path) -> None:
+    """Materialise the super-graph encodings of every complete workload (the training cache)."""
+    from ..data.graphs import load_encoded
+    from ..encode.supergraph import GraphEncoder
+
+    if read_card(directory) is None:
+        raise MetatuneError(f"{directory} is not a dataset (no card.json)")
+    encoder = GraphEncoder()
+    encoded = load_encoded(directory, encoder)
+    programs = sum(len(e) for e in encoded)
+    typer.echo(f"{len(encoded)} complete workloads, {programs} programs encoded with template {encoder.version} "
+               f"in {directory / 'cache' / encoder.version}")
 
 
 def run_export(directory: Path, out: Path) -> None:

@@ -205,12 +205,15 @@ def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorklo
 
 def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
                  progress: bool = True) -> list[EncodedWorkload]:
-    """Every workload with records, from the cache when it is current, else encoded and cached."""
+    """Every complete (sealed) workload, from the cache when it is current, else encoded and cached.
+
+    Workloads still being measured are left out: a clean checkout holds only sealed ones, so
+    this keeps what a model was trained on reproducible from the repository."""
     from safetensors.torch import load_file, save_file
 
     from ..progress import progress_bar
 
-    stores = [s for s in DatasetStore(directory) if s.num_records >= min_records]
+    stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
     out: list[EncodedWorkload] = []
     with progress_bar() as bar:
         task = bar.add_task("encode", total=len(stores), status="")

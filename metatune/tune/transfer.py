@@ -86,9 +86,10 @@ class TransferredXGB:
     @classmethod
     def from_dataset(cls, dataset_dir: Path, target: Any,
                      echo: Callable[[str], None] = logger.info) -> "TransferredXGB":
-        stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.num_records]
+        stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
         if not stores:
-            raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has none: "
+            raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
+                                f"complete training workload: "
                                 f"build one with `metatune dataset build` or set ${DATASET_ENV}")
         cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
         groups = []
