@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .data.graphs import EncodedWorkload, GraphBuilder
-from .meta import MAMLConfig, adapt, adaptable_params, standardize_by
+from .meta import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by
 from .metrics import all_metrics
 from .model import CostModel
 
@@ -53,7 +53,13 @@ def support_query(n: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray,
 
 def gcn_adapter(model: CostModel, builder: GraphBuilder, tasks: Sequence[EncodedWorkload],
                 maml: MAMLConfig) -> Method:
-    """Adapt a trained GCN on the support set with MAML's inner loop, then predict."""
+    """Adapt a trained GCN on the support set with MAML's inner loop, then predict.
+
+    With a frozen embedding only the head adapts, so each workload's graphs are embedded once
+    and every draw and k reuses them.
+    """
+    if maml.freeze_embedding:
+        return _head_adapter(model, builder, tasks, maml)
 
     def method(t: int, support: np.ndarray, query: np.ndarray, seed: int) -> np.ndarray:
         w = tasks[t]
@@ -64,6 +70,28 @@ def gcn_adapter(model: CostModel, builder: GraphBuilder, tasks: Sequence[Encoded
                            create_graph=False)
         with torch.no_grad():
             out = torch.func.functional_call(model, params, builder.batch(w, query).inputs())
+        return out.numpy().astype(np.float64)
+
+    return method
+
+
+def _head_adapter(model: CostModel, builder: GraphBuilder, tasks: Sequence[EncodedWorkload],
+                  maml: MAMLConfig) -> Method:
+    embeddings: dict[int, torch.Tensor] = {}
+    base = {n: p.detach() for n, p in model.head.named_parameters()}
+
+    def method(t: int, support: np.ndarray, query: np.ndarray, seed: int) -> np.ndarray:
+        w = tasks[t]
+        if t not in embeddings:
+            embeddings[t] = embed_all(model, builder, w)
+        h = embeddings[t]
+        params = base
+        if len(support) >= 2:
+            y = standardize_by(w.log_thr[support], w.log_thr[support])
+            params = adapt(model, base, (h[support],), y, maml.inner_lr, maml.inner_steps, create_graph=False,
+                           module=model.head)
+        with torch.no_grad():
+            out = torch.func.functional_call(model.head, params, (h[query],))
         return out.numpy().astype(np.float64)
 
     return method
