@@ -3,7 +3,8 @@
 A task is one workload: k support and q query configurations. Labels are log-throughput
 standardised with the *support* statistics, exactly what is known when adapting to an
 unseen operator. The inner loop is plain gradient descent on the support MSE
-(`adapt`), the outer loop Adam on the query MSE after adaptation; second-order MAML
+(`adapt`), the outer loop Adam on the query MSE after adaptation (both the pairwise rank loss
+instead for a model with `rank_scores`); second-order MAML
 differentiates through the inner loop, first-order MAML does not. With the embedding frozen
 (MetaTune's choice) graph embeddings are computed once and the head is meta-trained on all
 tasks of a batch at once with `vmap`.
@@ -35,7 +36,7 @@ class PretrainConfig:
     weight_decay: float = 1e-5
     workloads_per_batch: int = 8
     graphs_per_workload: int = 32
-    rank_loss: bool = False  # AutoTVM's pairwise rank loss instead of MSE
+    rank_loss: bool = False  # AutoTVM's pairwise rank loss instead of MSE; must match the model's rank_scores
     patience: int = 5
 
 
@@ -86,13 +87,18 @@ def standardize_by(y: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 
 def pairwise_rank_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """AutoTVM §3.2: logistic loss on every ordered pair with different labels."""
-    diff_pred = pred[:, None] - pred[None, :]
+    """AutoTVM §3.2: logistic loss on every ordered pair with different labels.
+
+    Pairs are weighted rather than selected so the shapes stay fixed under `vmap`.
+    """
     sign = torch.sign(y[:, None] - y[None, :])
-    mask = sign != 0
-    if not mask.any():
-        return pred.sum() * 0.0
-    return torch.nn.functional.softplus(-sign[mask] * diff_pred[mask]).mean()
+    pair = sign.abs()
+    losses = torch.nn.functional.softplus(-sign * (pred[:, None] - pred[None, :]))
+    return (losses * pair).sum() / pair.sum().clamp(min=1.0)
+
+
+def task_loss(pred: torch.Tensor, y: torch.Tensor, rank: bool) -> torch.Tensor:
+    return pairwise_rank_loss(pred, y) if rank else torch.mean((pred - y) ** 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +110,8 @@ def pretrain(
     on_epoch: Callable[[int, float, float], None] | None = None,
 ) -> TrainLog:
     """Supervised regression (or rank loss) on per-workload standardised log-throughput."""
+    if config.rank_loss != model.config.rank_scores:
+        raise ValueError("pretraining loss and the model's rank_scores disagree: adaptation would use the wrong loss")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -121,7 +129,7 @@ def pretrain(
                 idx = rng.choice(len(w), size=min(config.graphs_per_workload, len(w)), replace=False)
                 pred = model(*builder.batch(w, idx).inputs())
                 y = standardize_by(w.log_thr[idx], w.log_thr)
-                loss = loss + (pairwise_rank_loss(pred, y) if config.rank_loss else torch.mean((pred - y) ** 2))
+                loss = loss + task_loss(pred, y, config.rank_loss)
             loss = loss / len(chosen)
             opt.zero_grad()
             loss.backward()
@@ -166,11 +174,13 @@ def adapt(
     model: CostModel, params: Params, inputs: tuple[torch.Tensor, ...], y: torch.Tensor,
     lr: float, steps: int, create_graph: bool, module: torch.nn.Module | None = None,
 ) -> Params:
-    """Gradient descent on the support MSE; returns the adapted parameters."""
+    """Gradient descent on the support loss the model was trained with (MSE or pairwise rank);
+    returns the adapted parameters."""
     target = module if module is not None else model
+    rank = model.config.rank_scores
 
     def support_loss(p: Params) -> torch.Tensor:
-        return torch.mean((functional_call(target, p, inputs) - y) ** 2)
+        return task_loss(functional_call(target, p, inputs), y, rank)
 
     for _ in range(steps):
         grads = grad(support_loss)(params)
@@ -239,12 +249,12 @@ def _head_task_batch(model, params, embeddings, tasks, config: MAMLConfig, rng) 
         ys.append(standardize_by(w.log_thr[s], w.log_thr[s])); yq.append(standardize_by(w.log_thr[q], w.log_thr[s]))
     head_params = {n[len("head."):]: p for n, p in params.items()}
 
-    def task_loss(h_s, y_s, h_q, y_q):
+    def query_loss(h_s, y_s, h_q, y_q):
         adapted = adapt(model, head_params, (h_s,), y_s, config.inner_lr, config.inner_steps,
                         create_graph=not config.first_order, module=model.head)
-        return torch.mean((functional_call(model.head, adapted, (h_q,)) - y_q) ** 2)
+        return task_loss(functional_call(model.head, adapted, (h_q,)), y_q, model.config.rank_scores)
 
-    return vmap(task_loss)(torch.stack(hs), torch.stack(ys), torch.stack(hq), torch.stack(yq)).mean()
+    return vmap(query_loss)(torch.stack(hs), torch.stack(ys), torch.stack(hq), torch.stack(yq)).mean()
 
 
 def _full_task_loss(model, builder: GraphBuilder, params, w: EncodedWorkload, config: MAMLConfig, rng) -> torch.Tensor:
@@ -253,11 +263,11 @@ def _full_task_loss(model, builder: GraphBuilder, params, w: EncodedWorkload, co
     adapted = adapt(model, params, builder.batch(w, s).inputs(), y_s, config.inner_lr, config.inner_steps,
                     create_graph=not config.first_order)
     pred = functional_call(model, adapted, builder.batch(w, q).inputs())
-    return torch.mean((pred - standardize_by(w.log_thr[q], w.log_thr[s])) ** 2)
+    return task_loss(pred, standardize_by(w.log_thr[q], w.log_thr[s]), model.config.rank_scores)
 
 
 def maml_validation(model: CostModel, builder: GraphBuilder, valid: Sets, config: MAMLConfig, seed: int) -> float:
-    """Query MSE after adapting on k support samples, on fixed validation tasks."""
+    """Query loss (MSE or rank) after adapting on k support samples, on fixed validation tasks."""
     rng = np.random.default_rng(seed + 1)
     losses = []
     params = {n: p.detach() for n, p in adaptable_params(model, config.freeze_embedding).items()}
@@ -269,7 +279,7 @@ def maml_validation(model: CostModel, builder: GraphBuilder, valid: Sets, config
                         config.inner_lr, config.inner_steps, create_graph=False)
         with torch.no_grad():
             pred = functional_call(model, adapted, builder.batch(w, q).inputs())
-            losses.append(float(torch.mean((pred - standardize_by(w.log_thr[q], w.log_thr[s])) ** 2)))
+            losses.append(float(task_loss(pred, standardize_by(w.log_thr[q], w.log_thr[s]), model.config.rank_scores)))
     return float(np.mean(losses)) if losses else math.nan
 
 

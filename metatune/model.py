@@ -5,7 +5,9 @@ A batch is B graphs padded to N nodes: features `x` [B, N, F], a block-diagonal
 super-graph's placeholder nodes, which are real nodes with zero features). Message passing
 is PyG's sparse `GCNConv`: loop graphs are trees, so it costs O(edges), not O(N²).
 The model predicts a per-workload standardised log-throughput: only its ordering and
-relative scale within a workload are meaningful.
+relative scale within a workload are meaningful. A model trained with the rank loss
+(`rank_scores`) predicts scores whose order alone is meaningful; it must be adapted with the
+same loss (meta.adapt reads the flag), since MSE steps on unscaled scores overshoot.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class ModelConfig:
     gcn_layers: int = 2
     fc_hidden: int = 64
     num_positions: int = 0  # super-graph node count: node i is always template slot i; 0 = plain graphs
+    rank_scores: bool = False  # trained with the pairwise rank loss: scores order configurations, no scale
 
     def to_json(self) -> dict:
         return asdict(self)

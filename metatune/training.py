@@ -155,8 +155,10 @@ def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[
     builder = GraphBuilder(template, mode, FeatureStats.fit(train))
     torch.manual_seed(config.seed)
     positions = template.num_nodes if mode == "supergraph" else 0
-    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, **config.model.model_dump()))
-    pre = pretrain(model, builder, train, valid, config.pretrain_config(), config.seed,
+    pre_cfg = config.pretrain_config()
+    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, rank_scores=pre_cfg.rank_loss,
+                                  **config.model.model_dump()))
+    pre = pretrain(model, builder, train, valid, pre_cfg, config.seed,
                    on_epoch=lambda e, tr, va: echo(f"[{mode}] pretrain epoch {e}: train {tr:.3f} valid {va:.3f}"))
     pretrained = copy.deepcopy(model)
     maml_cfg = config.maml_config()

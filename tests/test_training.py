@@ -8,7 +8,7 @@ import torch
 from metatune.data.graphs import EncodedWorkload, FeatureStats, GraphBuilder
 from metatune.encode.supergraph import Template
 from metatune.evaluate import EvalConfig, evaluate, gcn_adapter
-from metatune.meta import MAMLConfig, PretrainConfig, meta_train, pretrain
+from metatune.meta import MAMLConfig, PretrainConfig, adapt, meta_train, pairwise_rank_loss, pretrain
 from metatune.metrics import pairwise_accuracy, peak_score
 from metatune.model import CostModel, ModelConfig
 
@@ -40,10 +40,10 @@ def tasks(template, n: int, seed: int):
     return [synthetic_workload(template, f"t{seed}-{i}", s * np.array([1.0, 0.5]), rng) for i, s in enumerate(signs)]
 
 
-def small_model(builder, template):
+def small_model(builder, template, rank_scores: bool = False):
     torch.manual_seed(0)
     return CostModel(ModelConfig(in_dim=builder.width, hidden=16, gcn_layers=1, fc_hidden=16,
-                                 num_positions=template.num_nodes))
+                                 num_positions=template.num_nodes, rank_scores=rank_scores))
 
 
 def test_pretraining_loss_falls(template):
@@ -58,14 +58,16 @@ def test_pretraining_loss_falls(template):
     assert min(curve) < 0.5 * curve[0], curve
 
 
-def test_maml_adaptation_improves_ranking(template):
+@pytest.mark.parametrize("rank_loss", [False, True])
+def test_maml_adaptation_improves_ranking(template, rank_loss):
     """Tasks differ by an unknown sign: without adaptation no model ranks a new task better than
-    chance on average, after k=16 support samples the meta-trained model must."""
+    chance on average, after k=16 support samples the meta-trained model must (with the MSE or
+    the rank loss in both loops)."""
     train, valid, test = tasks(template, 12, 1), tasks(template, 3, 2), tasks(template, 4, 3)
     builder = GraphBuilder(template, "supergraph", FeatureStats.fit(train))
-    model = small_model(builder, template)
+    model = small_model(builder, template, rank_scores=rank_loss)
     pretrain(model, builder, train, valid, PretrainConfig(epochs=6, steps_per_epoch=10, lr=1e-2,
-             workloads_per_batch=6, graphs_per_workload=16), seed=0)
+             workloads_per_batch=6, graphs_per_workload=16, rank_loss=rank_loss), seed=0)
     maml = MAMLConfig(k_support=16, q_query=32, tasks_per_batch=4, inner_lr=0.3, inner_steps=5, outer_lr=3e-3,
                       iterations=400, eval_every=100, patience=100, freeze_embedding=True)
     meta_train(model, builder, train, valid, maml, seed=0)
@@ -82,3 +84,30 @@ def test_metrics_on_known_orderings():
     assert pairwise_accuracy(-truth, truth) == 0.0
     assert peak_score(truth, truth, 1) == 1.0
     assert peak_score(-truth, truth, 1) == pytest.approx(2.0 ** (1.0 - 4.0))
+
+
+def test_rank_loss_orders_pairs_and_ignores_ties():
+    y = torch.tensor([0.0, 1.0, 2.0, 2.0])
+    right, wrong = 10.0 * y, -10.0 * y
+    assert pairwise_rank_loss(right, y) < 1e-3 < pairwise_rank_loss(wrong, y)
+    assert pairwise_rank_loss(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])) == 0.0  # only a tie
+    preds, labels = torch.randn(3, 8), torch.randn(3, 8)
+    batched = torch.func.vmap(pairwise_rank_loss)(preds, labels)
+    assert torch.allclose(batched, torch.stack([pairwise_rank_loss(p, t) for p, t in zip(preds, labels)]))
+
+
+@pytest.mark.parametrize("rank_scores", [False, True])
+def test_adaptation_uses_the_loss_the_model_was_trained_with(template, rank_scores):
+    """Every caller of `adapt` (evaluation, the tuner) gets the model's own loss: the rank loss
+    ignores the labels' scale and offset, MSE does not."""
+    rng = np.random.default_rng(0)
+    w = synthetic_workload(template, "w", np.array([1.0, 0.5]), rng, graphs=16)
+    builder = GraphBuilder(template, "supergraph", FeatureStats.fit([w]))
+    model = small_model(builder, template, rank_scores=rank_scores)
+    inputs = builder.batch(w, range(16)).inputs()
+    head = {n: p.detach() for n, p in model.head.named_parameters()}
+    h = model.embedding(*inputs).detach()
+    a = adapt(model, head, (h,), w.log_thr, 0.1, 3, create_graph=False, module=model.head)
+    b = adapt(model, head, (h,), 10.0 * w.log_thr + 3.0, 0.1, 3, create_graph=False, module=model.head)
+    same = all(torch.allclose(a[n], b[n]) for n in a)
+    assert same == rank_scores
