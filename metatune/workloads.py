@@ -3,7 +3,8 @@
 A workload is a family name plus integer shape parameters, written
 `conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1`. The text form is the workload's
 stable key: it parses and prints back identically. Every family knows its exact FLOP count,
-its TVM compute (tvm.topi via te), and a NumPy reference used to check compiled schedules.
+its TVM compute (te, mostly through tvm.topi), and a NumPy reference used to check compiled
+schedules.
 """
 
 from __future__ import annotations
@@ -174,6 +175,25 @@ def _depthwise_compute(p: Shape, ins):
     return topi.nn.depthwise_conv2d_nchw(ins[0], ins[1], p["stride"], p["pad"], 1, "float32")
 
 
+def _conv2d_bias_compute(p: Shape, ins):
+    from tvm import topi
+
+    # Relax adds a convolution's bias as a separate (1, k, 1, 1) tensor after TOPI's conv2d.
+    return topi.add(_conv2d_compute(p, ins), ins[2])
+
+
+def _conv2d_bias_relu_compute(p: Shape, ins):
+    from tvm import topi
+
+    return topi.nn.relu(_conv2d_bias_compute(p, ins))
+
+
+def _conv2d_bias_add_relu_compute(p: Shape, ins):
+    from tvm import topi
+
+    return topi.nn.relu(topi.add(_conv2d_bias_compute(p, ins), ins[3]))
+
+
 def _dense_compute(p: Shape, ins):
     from tvm import topi
 
@@ -185,6 +205,20 @@ def _dense_bias_relu_compute(p: Shape, ins):
     from tvm import topi
 
     return topi.nn.relu(topi.nn.dense(ins[0], ins[1], ins[2], out_dtype="float32"))
+
+
+def _dense_bias_compute(p: Shape, ins):
+    """`nn.Linear` as Relax runs it: torch.export turns it into addmm(bias, x, weight.T), Relax
+    legalizes the matmul with its own te compute (not TOPI's dense) and the add with topi.add,
+    bias first; FoldConstant stores the transposed weight, so the kernel reads a k×n weight."""
+    from tvm import te, topi
+
+    data, weight, bias = ins
+    k = te.reduce_axis((0, p["k"]), name="k")
+    matmul = te.compute(
+        (p["m"], p["n"]), lambda i0, i1: te.sum(data[i0, k] * weight[k, i1], axis=k), name="matmul"
+    )
+    return topi.add(bias, matmul)
 
 
 def _batch_matmul_compute(p: Shape, ins):
@@ -202,6 +236,24 @@ def _conv2d_flops(p: Shape) -> int:
 def _check_conv2d(p: Shape) -> None:
     _check_positive(p, ("n", "c", "h", "w", "k", "r", "s", "stride"))
     _check_conv(p, (("h", "r"), ("w", "s")))
+
+
+def _conv2d_out_shape(p: Shape) -> tuple[int, int, int, int]:
+    return (p["n"], p["k"], _conv_out(p["h"], p["r"], p["stride"], p["pad"]),
+            _conv_out(p["w"], p["s"], p["stride"], p["pad"]))
+
+
+def _conv2d_epilogue_flops(ops: int) -> Callable[[Shape], int]:
+    """Convolution FLOPs plus `ops` elementwise operations (bias add, residual add, ReLU) per output."""
+    return lambda p: _conv2d_flops(p) + ops * int(np.prod(_conv2d_out_shape(p)))
+
+
+def _conv2d_bias_inputs(p: Shape) -> list[tuple[int, ...]]:
+    return [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"]), (1, p["k"], 1, 1)]
+
+
+def _ref_conv2d_bias(p: Shape, a: list[np.ndarray]) -> np.ndarray:
+    return _ref_conv2d(a[0], a[1], p["stride"], p["pad"]) + a[2]
 
 
 def _check_winograd(p: Shape) -> None:
@@ -243,6 +295,36 @@ FAMILIES: dict[str, Family] = {
             input_shapes=lambda p: [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"])],
             compute=_conv2d_compute,
             reference=lambda p, a: _ref_conv2d(a[0], a[1], p["stride"], p["pad"]),
+        ),
+        Family(
+            "conv2d_bias", ("n", "c", "h", "w", "k", "r", "s", "stride", "pad"),
+            "2-D convolution plus a (1, k, 1, 1) bias, NCHW layout (a convolution with folded BatchNorm)",
+            "conv2d_bias:n=1,c=64,h=56,w=56,k=128,r=1,s=1,stride=2,pad=0",
+            check=_check_conv2d,
+            flops=_conv2d_epilogue_flops(1),
+            input_shapes=_conv2d_bias_inputs,
+            compute=_conv2d_bias_compute,
+            reference=_ref_conv2d_bias,
+        ),
+        Family(
+            "conv2d_bias_relu", ("n", "c", "h", "w", "k", "r", "s", "stride", "pad"),
+            "2-D convolution, bias add and ReLU (fused epilogue), NCHW layout",
+            "conv2d_bias_relu:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1",
+            check=_check_conv2d,
+            flops=_conv2d_epilogue_flops(2),
+            input_shapes=_conv2d_bias_inputs,
+            compute=_conv2d_bias_relu_compute,
+            reference=lambda p, a: np.maximum(_ref_conv2d_bias(p, a), 0.0),
+        ),
+        Family(
+            "conv2d_bias_add_relu", ("n", "c", "h", "w", "k", "r", "s", "stride", "pad"),
+            "2-D convolution, bias add, residual add and ReLU (fused epilogue of a residual block), NCHW layout",
+            "conv2d_bias_add_relu:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1",
+            check=_check_conv2d,
+            flops=_conv2d_epilogue_flops(3),
+            input_shapes=lambda p: [*_conv2d_bias_inputs(p), _conv2d_out_shape(p)],
+            compute=_conv2d_bias_add_relu_compute,
+            reference=lambda p, a: np.maximum(_ref_conv2d_bias(p, a) + a[3], 0.0),
         ),
         Family(
             "conv2d_transpose", ("n", "c", "h", "w", "k", "r", "s", "stride", "pad"),
@@ -294,6 +376,16 @@ FAMILIES: dict[str, Family] = {
             input_shapes=lambda p: [(p["m"], p["k"]), (p["n"], p["k"]), (p["n"],)],
             compute=_dense_bias_relu_compute,
             reference=lambda p, a: np.maximum(a[0].astype(np.float64) @ a[1].astype(np.float64).T + a[2], 0.0),
+        ),
+        Family(
+            "dense_bias", ("m", "n", "k"),
+            "matmul plus bias, as Relax runs nn.Linear: an m×k input times a k×n weight (stored k×n, unlike dense)",
+            "dense_bias:m=1,n=1000,k=512",
+            check=lambda p: _check_positive(p, ("m", "n", "k")),
+            flops=lambda p: 2 * p["m"] * p["n"] * p["k"] + p["m"] * p["n"],
+            input_shapes=lambda p: [(p["m"], p["k"]), (p["k"], p["n"]), (p["n"],)],
+            compute=_dense_bias_compute,
+            reference=lambda p, a: a[0].astype(np.float64) @ a[1].astype(np.float64) + a[2],
         ),
         Family(
             "batch_matmul", ("b", "m", "n", "k"), "batched matmul: b × (m×k times k×n)",
@@ -384,7 +476,7 @@ class Workload:
         """Placeholders followed by the output tensor."""
         from tvm import te
 
-        names = ["data", "weight", "bias"]
+        names = ["data", "weight", "bias", "residual"]
         ins = [te.placeholder(s, name=names[i], dtype="float32") for i, s in enumerate(self.input_shapes())]
         return [*ins, self.spec.compute(self.params, ins)]
 

@@ -19,8 +19,9 @@ def test_version():
 def test_workloads_list_json():
     data = json.loads(run("workloads", "list", "--json").stdout)
     assert set(data["families"]) == {
-        "conv1d", "conv1d_transpose", "conv2d", "conv2d_transpose", "conv2d_winograd",
-        "depthwise_conv2d", "dense", "dense_bias_relu", "batch_matmul",
+        "conv1d", "conv1d_transpose", "conv2d", "conv2d_bias", "conv2d_bias_relu", "conv2d_bias_add_relu",
+        "conv2d_transpose", "conv2d_winograd", "depthwise_conv2d", "dense", "dense_bias_relu", "dense_bias",
+        "batch_matmul",
     }
     assert data["families"]["conv2d"]["params"] == ["n", "c", "h", "w", "k", "r", "s", "stride", "pad"]
     assert len(data["suites"]["resnet18"]) == 13 and len(data["suites"]["quick"]) == 3

@@ -38,7 +38,7 @@ def log(x: float) -> float:
 # The walk
 
 
-@pytest.mark.parametrize("family", ["conv2d", "conv2d_winograd", "dense_bias_relu"])
+@pytest.mark.parametrize("family", ["conv2d", "conv2d_winograd", "dense_bias_relu", "conv2d_bias_add_relu"])
 def test_walk_finds_the_loops_tvm_reports(family):
     from tvm.s_tir import Schedule
 

@@ -28,15 +28,52 @@ def weight_shape(task) -> tuple[int, ...]:
     return shape
 
 
-def test_resnet18_tasks_are_its_convolutions_with_batchnorm_folded(target):
-    from torch import nn
+# Relax task name (ops without FuseTIR's numbering) -> the metatune family it is an instance of.
+FUSED_FAMILIES = {
+    ("conv2d", "add"): "conv2d_bias",
+    ("conv2d", "add", "relu"): "conv2d_bias_relu",
+    ("conv2d", "add", "add", "relu"): "conv2d_bias_add_relu",
+    ("matmul", "add"): "dense_bias",
+}
 
+
+def fused_family(task_name: str) -> str | None:
+    ops = tuple(re.sub(r"\d+$", "", op) for op in task_name.split("_"))
+    return FUSED_FAMILIES.get(ops[1:]) if ops[0] == "fused" else None
+
+
+def structure(func) -> tuple[list, list]:
+    """Loops (name, extent, parent) and blocks of a PrimFunc: the block name without the number
+    FuseTIR (`T_add1`) or te (`T_add_1`) gives a repeated op, its iteration variables, enclosing
+    loops, and each access (write first) as offset and stride per loop."""
+    from metatune.encode.loopgraph import extract
+
+    program = extract(func)
+    loop_of = {lp.var: lp.index for lp in program.loops}
+
+    def access(a) -> tuple:
+        return a.offset, sorted((loop_of[h], stride) for h, stride in a.strides.items())
+
+    blocks = [(re.sub(r"_?\d+$", "", b.name), b.iter_names, b.iter_reduce, b.chain,
+               [access(a) for a in (b.write, *b.reads)]) for b in program.blocks]
+    return [(lp.name, lp.extent, lp.parent) for lp in program.loops], blocks
+
+
+@pytest.fixture(scope="module")
+def resnet18(target):
+    """ResNet-18 through Relax and its tasks, imported once for the tests below."""
     from metatune.models import get_model
     from metatune.tune.relax_model import extract_tasks, import_model
 
     model = import_model(get_model("resnet18"))
+    return model, extract_tasks(model.mod, target)
+
+
+def test_resnet18_tasks_are_its_convolutions_with_batchnorm_folded(resnet18):
+    from torch import nn
+
+    model, tasks = resnet18
     assert (model.folded_batchnorms, model.left_batchnorms) == (20, 0)
-    tasks = extract_tasks(model.mod, target)
     convs = [t for t in tasks if "conv2d" in t.task_name]
     expected = collections.Counter(tuple(m.weight.shape) for m in model.module.modules() if isinstance(m, nn.Conv2d))
     found: collections.Counter = collections.Counter()
@@ -45,6 +82,62 @@ def test_resnet18_tasks_are_its_convolutions_with_batchnorm_folded(target):
     assert sum(expected.values()) == 20 and found == expected
     others = sorted(t.task_name for t in tasks if t not in convs)
     assert all(re.fullmatch(r"(fused_matmul_add|mean|reshape|max_pool2d)\d*", n) for n in others), others
+
+
+def test_fused_families_are_the_programs_relax_extracts(resnet18):
+    """Each conv and linear task of ResNet-18 is, loop for loop and access for access, the
+    metatune workload of its family and shape (stride and padding from its PyTorch layer)."""
+    from torch import nn
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from metatune.workloads import Workload
+
+    model, tasks = resnet18
+    conv_layout = {tuple(m.weight.shape): (m.stride[0], m.padding[0])
+                   for m in model.module.modules() if isinstance(m, nn.Conv2d)}
+    families = collections.Counter()
+    for task in tasks:
+        family = fused_family(task.task_name)
+        if family is None:
+            continue
+        func = task.dispatched[0]["main"]
+        shapes = [tuple(int(x) for x in info.shape) for info in ArgInfo.from_prim_func(func)]
+        if family == "dense_bias":
+            (m, k), (_, n) = shapes[:2]
+            workload = Workload.create(family, m=m, n=n, k=k)
+        else:
+            (n, c, h, w), (k, _, r, s) = shapes[:2]
+            stride, pad = conv_layout[shapes[1]]
+            workload = Workload.create(family, n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=stride, pad=pad)
+        assert [*workload.input_shapes(), shapes[-1]] == shapes, task.task_name
+        assert structure(workload.prim_func()) == structure(func), task.task_name
+        families[family] += 1
+    assert families == {"conv2d_bias_relu": 8, "conv2d_bias_add_relu": 4, "conv2d_bias": 3, "dense_bias": 1}
+
+
+def test_resnet18_convolutions_and_classifier_are_covered(resnet18, target):
+    """With the fused families in the template, only pooling, mean and reshape go to XGBModel."""
+    from metatune.tune.model_tuner import _coverage
+
+    _, tasks = resnet18
+    uncovered = _coverage(tasks, target)
+    fused = {t.task_name for t in tasks if fused_family(t.task_name)}
+    assert len(tasks) == 19 and len(fused) == 16
+    assert {n for n, why in uncovered.items() if why is None} == fused
+    assert sorted(re.sub(r"\d+$", "", n) for n, why in uncovered.items() if why) == ["max_pool2d", "mean", "reshape"]
+
+
+def test_tinycnn_coverage_matches_its_construction(target):
+    """Both convolutions are encoded (conv2d, and conv-BN-ReLU as conv2d_bias_relu); mean pooling
+    and the bias-free classifier, whose reduction is longer than its output so that one design
+    space rfactors it, are not."""
+    from metatune.models import get_model
+    from metatune.tune.model_tuner import _coverage
+    from metatune.tune.relax_model import extract_tasks, import_model
+
+    uncovered = _coverage(extract_tasks(import_model(get_model("tinycnn")).mod, target), target)
+    assert sorted(n for n, why in uncovered.items() if why is None) == ["conv2d1", "fused_conv2d_add_relu"]
+    assert "matmul_rf" in uncovered["matmul"] and "T_divide" in uncovered["mean"]
 
 
 def test_unknown_model_and_unsupported_strategy_are_one_line_errors():

@@ -42,6 +42,30 @@ def test_flops_match_known_values():
     assert Workload.parse("batch_matmul:b=2,m=3,n=4,k=5").flops == 2 * 2 * 3 * 4 * 5
 
 
+def test_epilogue_flops_count_one_op_per_output_element_and_epilogue_op():
+    """As dense_bias_relu counts its bias add and ReLU: one FLOP each per output element."""
+    conv = "n=1,c=64,h=56,w=56,k=128,r=3,s=3,stride=2,pad=1"
+    base, outputs = Workload.parse(f"conv2d:{conv}").flops, 128 * 28 * 28
+    assert Workload.parse(f"conv2d_bias:{conv}").flops == base + outputs
+    assert Workload.parse(f"conv2d_bias_relu:{conv}").flops == base + 2 * outputs
+    assert Workload.parse(f"conv2d_bias_add_relu:{conv}").flops == base + 3 * outputs
+    assert Workload.parse("dense_bias:m=1,n=1000,k=512").flops == 2 * 1000 * 512 + 1000
+    assert Workload.parse("dense_bias_relu:m=1,n=1000,k=512").flops == 2 * 1000 * 512 + 2 * 1000
+
+
+def test_fused_families_take_bias_and_residual_in_relax_layout():
+    """The argument shapes of Relax's fused conv/linear tasks: bias (1, k, 1, 1) for convolutions,
+    a residual of the output's shape, and a linear layer's weight already transposed to k×n."""
+    conv = "n=1,c=3,h=9,w=9,k=4,r=3,s=3,stride=2,pad=1"
+    assert Workload.parse(f"conv2d_bias_add_relu:{conv}").input_shapes() == [
+        (1, 3, 9, 9), (4, 3, 3, 3), (1, 4, 1, 1), (1, 4, 5, 5)
+    ]
+    assert Workload.parse(f"conv2d_bias_relu:{conv}").input_shapes() == [(1, 3, 9, 9), (4, 3, 3, 3), (1, 4, 1, 1)]
+    assert Workload.parse("dense_bias:m=2,n=5,k=3").input_shapes() == [(2, 3), (3, 5), (5,)]
+    names = [t.op.name for t in Workload.parse(f"conv2d_bias_add_relu:{conv}").tensors()[:4]]
+    assert names == ["data", "weight", "bias", "residual"]
+
+
 @pytest.mark.parametrize(
     "text, fragment",
     [
@@ -55,6 +79,9 @@ def test_flops_match_known_values():
         ("conv2d:n=1,c=3,h=2,w=2,k=4,r=7,s=7,stride=1,pad=1", "larger than the padded input"),
         ("conv2d_winograd:n=1,c=3,h=8,w=8,k=4,r=5,s=5,stride=1,pad=2", "3x3 kernel"),
         ("conv2d_transpose:n=1,c=3,h=8,w=8,k=4,r=3,s=3,stride=1,pad=3", "smaller than"),
+        ("conv2d_bias_add_relu:n=1,c=3,h=2,w=2,k=4,r=7,s=7,stride=1,pad=1", "larger than the padded input"),
+        ("conv2d_bias_relu:n=1,c=3,h=8,w=8,k=4,r=3,s=3,stride=0,pad=1", "must be >= 1"),
+        ("dense_bias:m=1,n=0,k=3", "must be >= 1"),
     ],
 )
 def test_bad_workloads_name_the_problem(text, fragment):
@@ -81,3 +108,20 @@ def test_references_agree_with_each_other():
     lhs = np.sum(conv.reference([x, wt]) * y)
     rhs = np.sum(x * tconv.reference([y, wt]))
     np.testing.assert_allclose(lhs, rhs, rtol=1e-10)
+
+
+def test_fused_references_are_the_plain_ones_plus_their_epilogue():
+    conv = "n=1,c=3,h=7,w=7,k=5,r=3,s=3,stride=2,pad=1"
+    x, w, b, res = Workload.parse(f"conv2d_bias_add_relu:{conv}").random_inputs(2)
+    plain = Workload.parse(f"conv2d:{conv}").reference([x, w])
+    np.testing.assert_allclose(Workload.parse(f"conv2d_bias:{conv}").reference([x, w, b]), plain + b, rtol=1e-12)
+    np.testing.assert_allclose(Workload.parse(f"conv2d_bias_relu:{conv}").reference([x, w, b]),
+                               np.maximum(plain + b, 0), rtol=1e-12)
+    fused = Workload.parse(f"conv2d_bias_add_relu:{conv}").reference([x, w, b, res])
+    np.testing.assert_allclose(fused, np.maximum(plain + b + res, 0), rtol=1e-12)
+    assert (fused == 0).any() and (fused > 0).any()  # the ReLU really clips
+
+    a, wt, bias = Workload.parse("dense_bias:m=3,n=4,k=5").random_inputs(3)
+    dense = Workload.parse("dense:m=3,n=4,k=5").reference([a, wt.T])  # dense stores its weight n×k
+    np.testing.assert_allclose(Workload.parse("dense_bias:m=3,n=4,k=5").reference([a, wt, bias]), dense + bias,
+                               rtol=1e-12)

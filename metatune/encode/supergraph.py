@@ -72,6 +72,12 @@ TEMPLATE_WORKLOADS = (
     "dense:m=16,n=32,k=24",
     "dense_bias_relu:m=16,n=32,k=24",
     "batch_matmul:b=2,m=16,n=8,k=24",
+    # Relax's fused conv and linear tasks, listed last: roles are laid out in order of first
+    # appearance, so only the `epilogue` role they share grows and every other slot keeps its index.
+    "conv2d_bias:n=1,c=8,h=14,w=14,k=16,r=1,s=1,stride=2,pad=0",
+    "conv2d_bias_relu:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=1,pad=1",
+    "conv2d_bias_add_relu:n=1,c=8,h=14,w=14,k=8,r=3,s=3,stride=1,pad=1",
+    "dense_bias:m=16,n=32,k=24",
 )
 
 NODE_TYPES = ("root", "for", "interval")

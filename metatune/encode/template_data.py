@@ -6,7 +6,7 @@ so that it is installed with the package.
 
 TEMPLATE_JSON = r"""
 {
- "version": "42a1125a04ed",
+ "version": "43689bec64f8",
  "format": 1,
  "features": [
   "length",
@@ -1309,20 +1309,92 @@ TEMPLATE_JSON = r"""
    "epilogue/i0.0"
   ],
   [
-   "epilogue/i0.1",
+   "epilogue/ax0.0",
    "epilogue/i1.0"
+  ],
+  [
+   "epilogue/ax1.0",
+   "epilogue/ax0.0"
+  ],
+  [
+   "epilogue/ax2.0",
+   "epilogue/ax1.0"
+  ],
+  [
+   "epilogue/ax3.0",
+   "epilogue/ax2.0"
+  ],
+  [
+   "epilogue/i2.0",
+   "epilogue/ax3.0"
+  ],
+  [
+   "epilogue/i3.0",
+   "epilogue/i2.0"
+  ],
+  [
+   "epilogue/i0.1",
+   "epilogue/i3.0"
   ],
   [
    "epilogue/i1.1",
    "epilogue/i0.1"
   ],
   [
-   "epilogue/i0",
+   "epilogue/ax0.1",
    "epilogue/i1.1"
+  ],
+  [
+   "epilogue/ax1.1",
+   "epilogue/ax0.1"
+  ],
+  [
+   "epilogue/ax2.1",
+   "epilogue/ax1.1"
+  ],
+  [
+   "epilogue/ax3.1",
+   "epilogue/ax2.1"
+  ],
+  [
+   "epilogue/i2.1",
+   "epilogue/ax3.1"
+  ],
+  [
+   "epilogue/i3.1",
+   "epilogue/i2.1"
+  ],
+  [
+   "epilogue/i0",
+   "epilogue/i3.1"
   ],
   [
    "epilogue/i1",
    "epilogue/i0"
+  ],
+  [
+   "epilogue/ax0",
+   "epilogue/i1"
+  ],
+  [
+   "epilogue/ax1",
+   "epilogue/ax0"
+  ],
+  [
+   "epilogue/ax2",
+   "epilogue/ax1"
+  ],
+  [
+   "epilogue/ax3",
+   "epilogue/ax2"
+  ],
+  [
+   "epilogue/i2",
+   "epilogue/ax3"
+  ],
+  [
+   "epilogue/i3",
+   "epilogue/i2"
   ]
  ],
  "built_from": [
@@ -1334,7 +1406,11 @@ TEMPLATE_JSON = r"""
   "depthwise_conv2d:n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
   "dense:m=16,n=32,k=24",
   "dense_bias_relu:m=16,n=32,k=24",
-  "batch_matmul:b=2,m=16,n=8,k=24"
+  "batch_matmul:b=2,m=16,n=8,k=24",
+  "conv2d_bias:n=1,c=8,h=14,w=14,k=16,r=1,s=1,stride=2,pad=0",
+  "conv2d_bias_relu:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=1,pad=1",
+  "conv2d_bias_add_relu:n=1,c=8,h=14,w=14,k=8,r=3,s=3,stride=1,pad=1",
+  "dense_bias:m=16,n=32,k=24"
  ]
 }
 """

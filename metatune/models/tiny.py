@@ -1,10 +1,11 @@
 """TinyCNN: a network small enough to tune in tests that still yields both kinds of task.
 
 Its second convolution feeds global average pooling directly (no bias, BatchNorm or ReLU
-after it), so its task is a plain conv2d, which metatune's cost model encodes; the first,
-conv-BN-ReLU, becomes a conv2d with a fused bias/ReLU epilogue, which it does not (see
-tune/fallback.py). Pooling and the classifier add the reduction and dense tasks every CNN
-has; four tasks in all, so a few trials reach each of them.
+after it), so its task is a plain conv2d; the first, conv-BN-ReLU, becomes a conv2d with a
+fused bias/ReLU epilogue (the conv2d_bias_relu family). metatune's cost model encodes both.
+Pooling and the classifier add the reduction and matmul tasks every CNN has, and it encodes
+neither (see tune/fallback.py): the bias-free 16->10 classifier's reduction is longer than its
+output, so MetaSchedule also rfactors it. Four tasks in all, so a few trials reach each of them.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 metatune's cost model reads a program as a graph on its super-graph template, which was built
 from the operator families it was trained on; BatchBO needs the task's design spaces as knob
-spaces. A task fails either (a pooling reduction, a reshape, a convolution with a fused
-bias/ReLU epilogue whose loops have no template slot) would make MetaTuneCostModel raise
-TemplateMismatch on every prediction and update. Such a task is tuned with XGBModel +
+spaces. A task that fails either (a pooling reduction, a reshape, an rfactored matmul: stages
+whose loops have no template slot) would make MetaTuneCostModel raise TemplateMismatch on every
+prediction and update. Such a task is tuned with XGBModel +
 EvolutionarySearch instead, and the choice is reported per task.
 
 The check samples a few configurations per design space. Should a later candidate still not
