@@ -61,3 +61,20 @@ def use_threads(num_threads: int) -> int:
     """
     os.environ.setdefault("TVM_NUM_THREADS", str(num_threads))
     return int(os.environ["TVM_NUM_THREADS"])
+
+
+def detach_unnamed_meta_schedule_log_handlers() -> None:
+    """Detach unnamed handlers from MetaSchedule's logger before TVM sets up its task loggers.
+
+    `tune_tir`/`tune_tasks` re-run `logging.config.dictConfig` with the `tvm.s_tir.meta_schedule`
+    logger's handlers listed by name (`logging.py:create_loggers`): an unnamed handler crashes
+    it with `'NoneType' object has no attribute 'format'`, and dictConfig would remove it from
+    the logger anyway. Code that attaches handlers to every non-propagating logger (pytest's log
+    capture does) leaves such unnamed handlers behind.
+    """
+    import logging
+
+    tvm_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(tvm_logger.handlers):
+        if handler.get_name() is None:
+            tvm_logger.removeHandler(handler)

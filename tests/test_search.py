@@ -232,7 +232,7 @@ def tuned(tmp_path_factory, target):
     from metatune.measure import Measurer, MeasureSettings
     from metatune.space import DesignSpaces, SearchSpace
     from metatune.tune.search import BatchBO
-    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.tvm_setup import import_tensor_intrinsics, detach_unnamed_meta_schedule_log_handlers
     from metatune.workloads import resolve_workload
 
     import_tensor_intrinsics()
@@ -243,6 +243,7 @@ def tuned(tmp_path_factory, target):
     for trials in (16, 8):
         strategy = BatchBO(seed=len(runs))
         start = time.perf_counter()
+        detach_unnamed_meta_schedule_log_handlers()  # pytest's log capture
         database = ms.tune_tir(workload.irmodule(), target, work_dir=work_dir, max_trials_global=trials,
                                num_trials_per_iter=8, builder=measurer.builder, runner=measurer.runner,
                                database=ms.database.JSONDatabase(work_dir=work_dir),

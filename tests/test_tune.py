@@ -110,3 +110,24 @@ def test_checkpoint_of_another_device_warns_what_happens(tmp_path):
     assert trained is not None and checkpoint == str(run)
     assert any("x86_64-haswell-4c" in str(w.message) and "adaptation" in str(w.message) for w in caught)
     assert notes
+
+
+def test_meta_schedule_loggers_survive_unnamed_handlers(tmp_path):
+    """TVM rebuilds its logger config from handler names; an unnamed handler (pytest's log capture
+    attaches one to every non-propagating logger) made the second tuning run in a process crash."""
+    import logging
+
+    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+
+    from metatune.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+
+    tvm_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    unnamed = logging.NullHandler()
+    tvm_logger.addHandler(unnamed)
+    try:
+        detach_unnamed_meta_schedule_log_handlers()
+        get_loggers_from_work_dir(str(tmp_path), ["task"])
+    finally:
+        tvm_logger.removeHandler(unnamed)
+    assert unnamed not in tvm_logger.handlers
+    assert (tmp_path / "logs").is_dir()

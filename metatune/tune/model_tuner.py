@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import MetatuneError
 from ..models import get_model
+from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from .tuner import measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
     # MetaSchedule prints its task table to stdout after every batch; its console handler takes
     # the level of this logger: keep the table in <db>/logs and the terminal for the progress bar.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    detach_unnamed_meta_schedule_log_handlers()
     loggers = get_loggers_from_work_dir(str(db_dir), [t.task_name for t in tasks])
     return [
         ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",

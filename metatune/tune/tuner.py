@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import MetatuneError
+from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from ..workloads import Workload
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
@@ -216,6 +217,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         if report is not None:
             callbacks.append(progress_callback(
                 trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0)))
+        detach_unnamed_meta_schedule_log_handlers()
         with ms.Profiler() as profiler:
             ms.tune_tir(mod, target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
