@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metatune.tune.tuner import measured_latencies
+from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workloads import Workload
 
 SMALL = "dense:m=64,n=64,k=64"
@@ -51,7 +51,7 @@ def test_metatune_resumes_to_the_requested_total_without_remeasuring(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["xgb", "random"])
-def test_baseline_strategies_tune_and_verify(tmp_path, strategy):
+def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
     out = tmp_path / "r.json"
     res = tune("--workload", SMALL, "--trials", "8", "--trials-per-iter", "8", "--strategy", strategy,
                "--db", str(tmp_path / "db"), "--json", str(out))
@@ -60,6 +60,12 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy):
     assert result["strategy"] == strategy and result["trials"] == 8
     assert result["verified"] and result["max_rel_error"] < 1e-3 and result["best_gflops"] > 0
     assert len(measured_latencies(tmp_path / "db", Workload.parse(SMALL).irmodule())) == 8
+    # a run resumed from this database starts with a cost model that has seen its 8 trials
+    model = warm_start(strategy, tmp_path / "db", Workload.parse(SMALL).irmodule(), target)
+    if strategy == "xgb":
+        assert sum(len(group.costs) for group in model.data.values()) == 8
+    else:
+        assert model == "random"
 
 
 def test_missing_zoo_suggests_train_zoo(tmp_path):

@@ -26,6 +26,7 @@ from ..workloads import Workload
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 RECORD_FILE = "database_tuning_record.json"
 WORKLOAD_FILE = "database_workload.json"
+FAILED_RUN_S = 1e9  # MetaSchedule stores failed runs as 1e10 s
 
 
 @dataclass
@@ -69,7 +70,7 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
         index, record = json.loads(line)
         if index in indices:
             secs = [float(x) for x in record[1]] if record[1] else []
-            ok = secs and max(secs) < 1e9  # MetaSchedule stores failed runs as 1e10 s
+            ok = secs and max(secs) < FAILED_RUN_S
             out.append(sorted(secs)[len(secs) // 2] if ok else None)
     return out
 
@@ -211,6 +212,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     start = time.perf_counter()
     cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
+    if remaining > 0 and done > 0:
+        cost_model = warm_start(cost_model, db_dir, mod, target)
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
@@ -247,6 +250,38 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         result.max_rel_error = check_schedule(workload, sch, target)  # raises WrongResultError
         result.verified = True
     return result
+
+
+def warm_start(cost_model: Any, db_dir: Path, mod: Any, target: Any) -> Any:
+    """A resumed run's cost model, updated with the database's measurements of `mod`.
+
+    MetaSchedule's search strategies read the database when a run resumes, its cost models do
+    not: without this, a resumed run would search with a model that has forgotten every trial
+    before the restart, unlike the same run uninterrupted. Returns the cost model to tune with
+    (TVM's "xgb" becomes the XGBModel that `tune_tir` would have created).
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    if cost_model == "random":
+        return cost_model
+    if isinstance(cost_model, str):
+        cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=1, tree_method="auto")
+    database = ms.database.JSONDatabase(work_dir=str(db_dir))
+    if not database.has_workload(mod):
+        return cost_model
+    workload = database.commit_workload(mod)
+    records = [r for r in database.get_all_tuning_records() if r.workload.same_as(workload)]
+    if not records:
+        return cost_model
+    context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=1)
+    results = []
+    for rec in records:
+        secs = [float(x) for x in rec.run_secs] if rec.run_secs else []
+        ok = bool(secs) and max(secs) < FAILED_RUN_S
+        results.append(ms.runner.RunnerResult(run_secs=rec.run_secs if ok else None,
+                                              error_msg=None if ok else "failed in an earlier run"))
+    cost_model.update(context, [rec.as_measure_candidate() for rec in records], results)
+    return cost_model
 
 
 MEASURE_SCOPES = ("SendToBuilder", "SendToRunner", "JoinRunnerFutures")
