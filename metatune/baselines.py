@@ -2,15 +2,15 @@
 
 `xgb` is MetaSchedule's `XGBModel` on `PerStoreFeature` trained on the k support samples of
 the unseen workload (TVM's default cost model; its random warm-up predictions are disabled
-so the k samples are really used). `xgb-transfer` first updates the same model with the
-training workloads' records, then with the k samples, which is how a MetaSchedule user
-transfers a cost model across workloads.
+so the k samples are really used). `xgb-transfer` starts from the same model trained on the
+training workloads' records (`tune.transfer.TransferredXGB`, shared with the tuner), then
+learns the k samples, which is how a MetaSchedule user transfers a cost model across workloads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -66,19 +66,3 @@ def xgb_predict(model: Any, task: RecordTask, support: Sequence[int], query: Seq
     cands, _ = task.subset(query)
     return np.asarray(model.predict(task.context, cands), dtype=np.float64)
 
-
-def pretrained_xgb(tasks: Sequence[RecordTask], path: str) -> Callable[[], Any]:
-    """Train an XGBModel on every training workload's records (xgb-transfer's starting point),
-    save it, and return a factory of fresh copies (TVM cost models cannot be deep-copied)."""
-    model = new_xgb()
-    for task in tasks:
-        if task.candidates:
-            model.update(task.context, task.candidates, task.results)
-    model.save(path)
-
-    def fresh_copy() -> Any:
-        copy = new_xgb()
-        copy.load(path)
-        return copy
-
-    return fresh_copy

@@ -182,9 +182,7 @@ def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWor
         methods["metatune-plain"] = gcn_adapter(plain.model, plain.builder, heldout, plain.maml)
     methods = {k: v for k, v in methods.items() if k in eval_cfg.methods or k == "metatune-plain"}
     if {"xgb", "xgb-transfer"} & set(eval_cfg.methods):
-        import tempfile
-
-        from .baselines import new_xgb, pretrained_xgb, record_task
+        from .baselines import new_xgb, record_task
         from .data.store import DatasetStore
         from .data.card import read_card
         from .device import DeviceFingerprint
@@ -196,10 +194,9 @@ def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWor
         if "xgb" in eval_cfg.methods:
             methods["xgb"] = xgb_method(held_tasks, new_xgb)
         if "xgb-transfer" in eval_cfg.methods:
-            echo("xgb-transfer: training on the training workloads")
-            train_tasks = [record_task(s, target) for s in stores.values() if s.split == "train" and s.num_records]
-            path = tempfile.mkstemp(suffix=".tar")[1]
-            methods["xgb-transfer"] = xgb_method(held_tasks, pretrained_xgb(train_tasks, path))
+            from .tune.transfer import TransferredXGB
+
+            methods["xgb-transfer"] = xgb_method(held_tasks, TransferredXGB.from_dataset(data_dir, target, echo).fresh)
     return evaluate(heldout, methods, eval_cfg, on_step=lambda s: echo(f"evaluate {s}"))
 
 

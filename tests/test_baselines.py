@@ -1,0 +1,44 @@
+"""The evaluation's XGBoost baselines on real records of the shipped dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from metatune.baselines import new_xgb, record_task, xgb_predict
+from metatune.data.store import DatasetStore
+
+SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A dataset of two sealed training workloads (symlinked), and one held-out workload."""
+    root = tmp_path_factory.mktemp("dataset")
+    shipped = [s for s in DatasetStore(SHIPPED) if s.sealed]
+    train = [s for s in shipped if s.split == "train"][:2]
+    held = next(s for s in shipped if s.split != "train")
+    for store in train:
+        link = root / "workloads" / store.workload.family / store.dir.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(store.dir)
+    return root, held
+
+
+def test_transfer_predicts_without_samples_and_its_copies_are_independent(stores, target):
+    from metatune.tune.transfer import TransferredXGB
+
+    root, held = stores
+    task = record_task(held, target)
+    support, query = np.arange(8), np.arange(8, 40)
+    assert np.isnan(xgb_predict(new_xgb(), task, [], query)).all(), "a cold model has nothing to predict from"
+
+    transfer = TransferredXGB.from_dataset(root, target, echo=lambda _: None)
+    cold = xgb_predict(transfer.fresh(), task, [], query)
+    assert np.isfinite(cold).all() and np.ptp(cold) > 0, "the transferred model must rank an unseen workload"
+    adapted = xgb_predict(transfer.fresh(), task, support, query)
+    assert not np.allclose(adapted, cold), "the support samples must change the model"
+    again = xgb_predict(transfer.fresh(), task, [], query)
+    np.testing.assert_allclose(again, cold, err_msg="updating one copy leaked into the next fresh() copy")
