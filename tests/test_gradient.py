@@ -237,3 +237,34 @@ def test_gradient_strategy_tunes_and_verifies(tmp_path):
     assert result.verified and result.max_rel_error < 1e-3 and result.best_gflops > 0
     keys = [config_key(r.trace) for r in JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records()]
     assert len(keys) == len(set(keys)) == 16, "a configuration was measured twice"
+
+
+@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
+def test_a_batch_spreads_over_descents_and_keeps_an_exploration_share(target):
+    """Seeds that descend into one basin must not fill a batch with near-copies of one tiling."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.device import local_fingerprint
+    from metatune.gradient.search import GradientSearch
+    from metatune.tune.cost_model import MetaTuneCostModel
+    from metatune.tune.tuner import resolve_checkpoint
+    from metatune.tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    trained, _, _ = resolve_checkpoint("auto", local_fingerprint())
+    q = 8
+    strategy = GradientSearch(MetaTuneCostModel(trained), seed=0, explore_share=0.25)
+    ctx = ms.TuneContext(mod=resolve_workload(C6).irmodule(), target=target, space_generator="post-order-apply",
+                         search_strategy=strategy, task_name="main")
+    ctx.pre_tuning(max_trials=q, num_trials_per_iter=q, design_spaces=ctx.generate_design_space(),
+                   database=ms.database.MemoryDatabase(), cost_model=None)
+    batch = ctx.generate_measure_candidates()
+    assert len(batch) == q
+    assert strategy.stats.explored + strategy.stats.random_fill == 2, "a quarter of the batch is random"
+    space = search_space(C6)
+    tilings = set()
+    for cand in batch:
+        config = space.config_of(cand.sch.trace)
+        knobs = space.knob_spaces[config.space].knobs
+        tilings.add((config.space, tuple(d for k, d in zip(knobs, config.decisions) if k.kind == TILE)))
+    assert len(tilings) >= q - 1, f"{q} picks share {len(tilings)} tilings"

@@ -13,7 +13,11 @@ Each batch (Felix, Algorithm 1):
    space and combined with every unroll step; duplicates and configurations already measured,
    failed or in flight are dropped.
 4. Selection: the rest are scored exactly (the features of an integer configuration are the
-   encoder's) and the top-n become the batch; a pick TVM rejects is replaced by the next one.
+   encoder's). Seeds often descend into the same basin, and the top-n of all points would then
+   be near-copies of one tiling: the batch takes the best configuration of each descent
+   (trajectory) first, best first, then the best remaining points; a share of every batch
+   (`explore_share`) is random valid configurations, because the model is only trusted near
+   what it has seen measured. A pick TVM rejects is replaced by the next one.
 The cost model's `update()` adapts it on each batch's measurements, as for BatchBO. Search time
 per batch is in `stats.batch_s` and logged at the end of the task.
 """
@@ -58,15 +62,16 @@ class GradientSettings:
     penalty_weight: float = 10.0  # Felix's lambda
     incumbent_share: float = 0.25  # share of the seeds started from the best measured configurations
     seeds_per_variant: int = 4  # random seeds share a variant in groups of this size (fewer, larger batches)
+    explore_share: float = 0.25  # share of each batch filled with random valid configurations
     probes: int = 3  # random configurations per design space used to discover compute locations
     threads: int = 1  # torch threads while searching; 1 avoids oversubscribing the cores TVM shares
     seed: int | None = None  # default: the TuneContext's rand_state
 
     def __post_init__(self) -> None:
         if (self.seeds < 1 or self.steps < 0 or self.lr <= 0 or not 0 <= self.incumbent_share <= 1
-                or self.seeds_per_variant < 1 or self.threads < 1):
-            raise ValueError("GradientSearch needs seeds, seeds_per_variant, threads >= 1, steps >= 0, lr > 0 "
-                             "and 0 <= incumbent_share <= 1")
+                or not 0 <= self.explore_share < 1 or self.seeds_per_variant < 1 or self.threads < 1):
+            raise ValueError("GradientSearch needs seeds, seeds_per_variant, threads >= 1, steps >= 0, lr > 0, "
+                             "0 <= incumbent_share <= 1 and 0 <= explore_share < 1")
 
 
 @dataclass
@@ -84,6 +89,7 @@ class GradientStats:
     visited: int = 0  # points visited by the descent (seeds included)
     candidates: int = 0  # distinct unmeasured rounded configurations scored
     rejected: int = 0  # picks TVM could not build
+    explored: int = 0  # batch slots given to random configurations on purpose (explore_share)
     random_fill: int = 0  # batch slots filled by random configurations (nothing better left)
     structures: int = 0  # distinct postprocessed loop structures met
     variants: int = 0
@@ -282,7 +288,7 @@ class _GradientLogic:
             t2 = time.perf_counter()
         finally:
             torch.set_num_threads(threads)
-        picked = self._build(ranked, q)
+        picked = self._build(ranked, q - self._explore_slots(q), q)
         self.stats.descent_s += t1 - t0
         self.stats.select_s += t2 - t1
         self.stats.build_s += time.perf_counter() - t2
@@ -322,9 +328,9 @@ class _GradientLogic:
                                 + "; ".join(self.variants.dropped.values()))
         return seeds
 
-    def _descend(self, seeds: list[_Seed], scorer: _Scorer) -> list[tuple[Variant, np.ndarray, np.ndarray]]:
+    def _descend(self, seeds: list[_Seed], scorer: _Scorer) -> list[tuple[Variant, np.ndarray, np.ndarray, np.ndarray]]:
         """Adam from every seed; per variant, the log-factors of every point visited (seeds
-        included) and each point's unroll index."""
+        included), each point's unroll index and the number of its trajectory (its seed)."""
         assert self.variants is not None
         groups: dict[Variant, list[_Seed]] = {}
         for s in seeds:
@@ -366,34 +372,57 @@ class _GradientLogic:
             loss.backward()
             opt.step()
         out = []
+        first = 0  # trajectory numbers: seed order, unique over all variants
         for variant, points in visited.items():
+            members = len(groups[variant])
             if variant in free:
-                out.append((variant, np.concatenate(points), unroll[variant].repeat(len(points)).numpy()))
-                self.stats.visited += len(points) * len(groups[variant])
+                trajectory = np.tile(np.arange(first, first + members), len(points))
+                out.append((variant, np.concatenate(points), unroll[variant].repeat(len(points)).numpy(), trajectory))
+                self.stats.visited += len(points) * members
+            first += members
         return out
 
-    def _rank(self, visited: list[tuple[Variant, np.ndarray, np.ndarray]], scorer: _Scorer,
-              q: int) -> list[tuple[float, Config]]:
-        """Distinct unmeasured rounded configurations with their exact predicted scores, best
-        first: every visited point with its seed's unroll step, and the best 2q with every other."""
+    def _rank(self, visited: list[tuple[Variant, np.ndarray, np.ndarray, np.ndarray]], scorer: _Scorer,
+              q: int) -> list[Config]:
+        """Distinct unmeasured rounded configurations in the order the batch takes them: the best
+        of each trajectory (best first), then every other by predicted score. Scored: every visited
+        point with its seed's unroll step, and every unroll step of the best 2q and of the leaders."""
         assert self.variants is not None
         avoid = set(self.observations) | self.failures | {c for _, c in self.pending}
         scored: dict[Config, float] = {}
-        for variant, y, unroll in visited:
+        trajectory_of: list[tuple[Config, int]] = []
+        for variant, y, unroll, trajectory in visited:
             model = self.variants.models[variant]
-            items = list(dict.fromkeys(zip(model.relax.round(y), unroll.tolist())))
+            points = list(zip(model.relax.round(y), unroll.tolist()))
+            items = list(dict.fromkeys(points))
             scored.update(self._score(model, [(t, u) for t, u in items if model.config(t, u) not in avoid], scorer))
-        top = sorted(scored, key=lambda c: -scored[c])[: 2 * q]
-        for config in top:
-            model = self.variants.model_for(config)
-            if model is None or model.program.unroll is None:
-                continue
-            tiles = tuple(config.decisions[k.position] for k in model.program.knobs)
-            others = [(tiles, u) for u in range(len(model.program.unroll.categories))
-                      if model.config(tiles, u) not in avoid and model.config(tiles, u) not in scored]
-            scored.update(self._score(model, others, scorer))
+            trajectory_of += [(model.config(t, u), int(k)) for (t, u), k in zip(points, trajectory)]
+        leaders: dict[int, Config] = {}
+        for config, k in trajectory_of:
+            if config in scored and (k not in leaders or _key(scored[config]) < _key(scored[leaders[k]])):
+                leaders[k] = config
+        siblings: dict[Config, list[Config]] = {}
+        for config in dict.fromkeys([*sorted(scored, key=lambda c: _key(scored[c]))[: 2 * q], *leaders.values()]):
+            siblings[config] = self._score_unroll_steps(config, avoid, scored, scorer)
         self.stats.candidates += len(scored)
-        return sorted(((s, c) for c, s in scored.items()), key=lambda sc: -sc[0] if math.isfinite(sc[0]) else math.inf)
+        # a leader stands for its tiling: take the tiling's best unroll step
+        best_leaders = {min([c, *siblings.get(c, [])], key=lambda x: _key(scored[x])) for c in leaders.values()}
+        first = sorted(best_leaders, key=lambda c: _key(scored[c]))
+        rest = sorted((c for c in scored if c not in best_leaders), key=lambda c: _key(scored[c]))
+        return first + rest
+
+    def _score_unroll_steps(self, config: Config, avoid: set[Config], scored: dict[Config, float],
+                            scorer: _Scorer) -> list[Config]:
+        """Score `config`'s tiling with every other unroll step (into `scored`); those configurations."""
+        assert self.variants is not None
+        model = self.variants.model_for(config)
+        if model is None or model.program.unroll is None:
+            return []
+        tiles = tuple(config.decisions[k.position] for k in model.program.knobs)
+        others = [(tiles, u) for u in range(len(model.program.unroll.categories))
+                  if model.config(tiles, u) not in avoid and model.config(tiles, u) != config]
+        scored.update(self._score(model, [(t, u) for t, u in others if model.config(t, u) not in scored], scorer))
+        return [model.config(t, u) for t, u in others if model.config(t, u) in scored]
 
     def _score(self, model: VariantModel, items: list[tuple[tuple[tuple[int, ...], ...], int]],
                scorer: _Scorer) -> dict[Config, float]:
@@ -419,27 +448,34 @@ class _GradientLogic:
         self.variants.drop(variant, str(err))
         self.stats.dropped.append(str(err))
 
-    def _build(self, ranked: list[tuple[float, Config]], q: int) -> list[tuple["MeasureCandidate", Config]]:
-        """The top-q configurations TVM builds; random ones fill a batch the ranking cannot."""
+    def _explore_slots(self, q: int) -> int:
+        """Random configurations in a batch of q: `explore_share` of it, rounded at random."""
+        share = self.settings.explore_share * q
+        return int(share) + int(self.rng.random() < share - int(share))
+
+    def _build(self, ranked: list[Config], n: int, q: int) -> list[tuple["MeasureCandidate", Config]]:
+        """The first n ranked configurations TVM builds, then random ones up to q."""
         from tvm.s_tir.meta_schedule import MeasureCandidate
 
         assert self.space is not None
         picked: list[tuple["MeasureCandidate", Config]] = []
-        for _, config in ranked:
-            if len(picked) >= q:
+        for config in ranked:
+            if len(picked) >= n:
                 break
             cand = self.space.schedule(config, strict=True)
             if cand is None:
                 self.stats.rejected += 1
                 continue
             picked.append((MeasureCandidate(cand.sch, self.args_info), config))
+        short = n - len(picked)
         if len(picked) < q:
             known = set(self.observations) | self.failures | {c for _, c in self.pending} | {c for _, c in picked}
             fill = self.space.sample_candidates(q - len(picked), seed=int(self.rng.integers(2**31 - 1)), exclude=known)
-            if fill:
+            if short > 0 and fill:
                 logger.info("GradientSearch %s: %d of %d picks are random (the descent found too few new "
-                            "configurations)", self.stats.task, len(fill), q)
-            self.stats.random_fill += len(fill)
+                            "configurations)", self.stats.task, min(short, len(fill)), q)
+            self.stats.random_fill += min(max(short, 0), len(fill))
+            self.stats.explored += len(fill) - min(max(short, 0), len(fill))
             picked += [(MeasureCandidate(c.sch, self.args_info), c.config) for c in fill]
         return picked
 
@@ -464,6 +500,11 @@ class _GradientLogic:
                 self.failures.add(config)
             else:
                 self.observations.setdefault(config, statistics.median(secs))
+
+
+def _key(score: float) -> float:
+    """Sort key, best first; a non-finite score sorts last."""
+    return -score if math.isfinite(score) else math.inf
 
 
 def _gradient_search_class() -> Any:
