@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from metatune import MetatuneError
 from metatune import zoo
+from metatune.device import DeviceFingerprint
 from metatune.zoo import ChecksumError, NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
 
 TV = "test-template-1"
@@ -39,7 +40,7 @@ ARM = {"arch": "aarch64", "vendor": "ARM", "cpu_model": "Neoverse-N1", "isa_clas
 @pytest.fixture(autouse=True)
 def code_version(monkeypatch):
     """The encoder is written elsewhere: pin the code's template version for these tests."""
-    monkeypatch.setattr(zoo, "code_template_version", lambda: TV)
+    monkeypatch.setattr(zoo.index, "code_template_version", lambda: TV)
     monkeypatch.delenv(zoo.ZOO_ENV, raising=False)
 
 
@@ -221,7 +222,7 @@ def test_tampered_weights_raise_checksum_error_before_loading(tmp_path, monkeypa
 def test_template_version_mismatch(tmp_path, monkeypatch):
     root = tmp_path / "zoo"
     entry = zoo.publish(make_run(tmp_path, SPR), root)
-    monkeypatch.setattr(zoo, "code_template_version", lambda: "test-template-2")  # the encoder moved on
+    monkeypatch.setattr(zoo.index, "code_template_version", lambda: "test-template-2")  # the encoder moved on
     with pytest.raises(TemplateVersionError) as err:
         zoo.load_checkpoint(entry)
     message = str(err.value)
@@ -276,7 +277,7 @@ def test_resolve_other_device_warns_naming_both(tmp_path):
     assert not res.exact and res.entry.device_id == "x86_64-skylake-avx512-2c"  # nearest ISA class
     assert res.warning == message and "make train-zoo" in message
     # a full fingerprint ranks by flag overlap too; a haswell box gets the haswell model exactly
-    fp = zoo.DeviceFingerprint.from_json({**HASWELL, "num_cores": 4})
+    fp = DeviceFingerprint.from_json({**HASWELL, "num_cores": 4})
     assert zoo.resolve(fp, root).exact
 
 
@@ -300,7 +301,7 @@ def test_resolve_ranks_nearest_device(tmp_path, published, wanted, expected):
 def test_resolve_without_any_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
     root = tmp_path / "zoo"
     root.mkdir()  # the shipped zoo/: a directory without index.json
-    monkeypatch.setattr(zoo, "code_template_version", lambda: 1 / 0)  # not needed to say "nothing here"
+    monkeypatch.setattr(zoo.index, "code_template_version", lambda: 1 / 0)  # not needed to say "nothing here"
     with pytest.raises(NoCheckpointError) as err:
         zoo.resolve(device_id(SPR), root)
     assert "make train-zoo" in str(err.value) and "zoo publish RUN_DIR" in str(err.value)
@@ -325,9 +326,20 @@ def test_ids_and_fingerprints_from_ids():
 
 
 def test_default_zoo_dir(monkeypatch, tmp_path):
-    assert zoo.default_zoo_dir() == Path(zoo.__file__).resolve().parent.parent / "zoo"
+    assert zoo.default_zoo_dir() == Path(zoo.__file__).resolve().parents[2] / "zoo"
     monkeypatch.setenv(zoo.ZOO_ENV, str(tmp_path))
     assert zoo.default_zoo_dir() == tmp_path
+
+
+def test_the_shipped_zoo_verifies_with_this_code():
+    """Every shipped checkpoint loads with the current encoder: a template change must come with a
+    retrained zoo (`make train-zoo`), and checkpoints it made unloadable must be retired."""
+    shipped = Path(zoo.__file__).resolve().parents[2] / "zoo"
+    if not (shipped / zoo.INDEX_FILE).exists():
+        pytest.skip("no shipped zoo")
+    report = zoo.verify(shipped)
+    assert report.ok, [str(p) for p in report.problems]
+    assert report.checked
 
 
 # -- CLI --------------------------------------------------------------------------------------

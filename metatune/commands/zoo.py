@@ -86,7 +86,7 @@ def run_verify(zoo_dir: Optional[Path], entry_id: Optional[str], as_json: bool) 
 def run_publish(zoo_dir: Optional[Path], run_dir: Path, as_json: bool, hf_repo: Optional[str]) -> None:
     if hf_repo is not None:  # fail before publishing locally, not after
         z.check_hf_repo(hf_repo)
-        z._hf_hub()
+        z.require_hf_hub()
     entry = z.publish(run_dir, _root(zoo_dir))
     url = z.push_to_hub(entry, hf_repo) if hf_repo is not None else None
     if as_json:
