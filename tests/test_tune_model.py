@@ -188,10 +188,17 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target):
     assert wrong.primary_tasks == {conv}
 
 
-def test_tinycnn_tunes_compiles_verifies_and_resumes(tmp_path):
-    db, out = tmp_path / "db", tmp_path / "r.json"
+@pytest.fixture(scope="module")
+def tinycnn_run(tmp_path_factory) -> tuple[Path, Path, tuple[str, ...], subprocess.CompletedProcess]:
+    """tinycnn tuned for 8 random trials: (database, result JSON, CLI args, process)."""
+    tmp = tmp_path_factory.mktemp("tinycnn")
+    db, out = tmp / "db", tmp / "r.json"
     args = ("--model", "tinycnn", "--strategy", "random", "--trials", "8", "--db", str(db), "--json", str(out))
-    res = tune(*args)
+    return db, out, args, tune(*args)
+
+
+def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
+    db, out, args, res = tinycnn_run
     assert res.returncode == 0, res.stderr
     result = json.loads(out.read_text())
     assert result["model"] == "tinycnn" and result["strategy"] == "random" and result["trials"] == 8
@@ -207,6 +214,40 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr
     resumed = json.loads(out.read_text())
     assert resumed["trials"] == 8 and resumed["tune_s"] == 0.0 and resumed["verified"]
+
+
+@needs_zoo
+def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, target):
+    """Resuming routes every task's earlier measurements to the model that tunes it: the
+    encodable tasks' to metatune's (its predictions move), the others' to XGBModel."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.device import local_fingerprint
+    from metatune.models import get_model
+    from metatune.tune.cost_model import MetaTuneCostModel
+    from metatune.tune.fallback import RoutedCostModel
+    from metatune.tune.relax_model import extract_tasks, import_model
+    from metatune.tune.tuner import measured_latencies, resolve_checkpoint, warm_start
+    from metatune.tvm_setup import import_tensor_intrinsics
+
+    db, _, _, res = tinycnn_run
+    assert res.returncode == 0, res.stderr
+    import_tensor_intrinsics()
+    tasks = extract_tasks(import_model(get_model("tinycnn")).mod, target)
+    conv = next(t for t in tasks if re.fullmatch(r"conv2d\d*", t.task_name))
+    trained = resolve_checkpoint("auto", local_fingerprint())[0]
+    metatune, xgb = MetaTuneCostModel(trained), ms.cost_model.CostModel.create("xgb", num_tuning_cores=1)
+    router = RoutedCostModel(metatune, xgb, {conv.task_name})
+    warm_start(router, db, target, [(t.dispatched[0], t.task_name) for t in tasks])
+
+    others = sum(len(measured_latencies(db, t.dispatched[0])) for t in tasks if t is not conv)
+    assert sum(len(group.costs) for group in xgb.data.values()) == others > 0
+    context = ms.TuneContext(mod=conv.dispatched[0], target=target, task_name=conv.task_name)
+    db_obj = ms.database.JSONDatabase(work_dir=str(db))
+    workload = db_obj.commit_workload(conv.dispatched[0])
+    candidates = [r.as_measure_candidate() for r in db_obj.get_all_tuning_records() if r.workload.same_as(workload)]
+    cold = MetaTuneCostModel(trained).predict(context, candidates)
+    assert not np.allclose(metatune.predict(context, candidates), cold), "metatune's model ignored the records"
 
 
 @pytest.mark.slow

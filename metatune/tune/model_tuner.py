@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import MetatuneError
 from ..models import get_model
 from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
-from .tuner import measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts
+from .tuner import (measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts,
+                    warm_start)
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
@@ -193,6 +194,8 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     db_dir.mkdir(parents=True, exist_ok=True)
     done = sum(len(measured_latencies(db_dir, t.dispatched[0])) for t in tasks)
     remaining = trials - done
+    if remaining > 0 and done > 0:
+        cost_model = warm_start(cost_model, db_dir, target, [(t.dispatched[0], t.task_name) for t in tasks])
     profile: dict[str, float] = {}
     tune_start = time.perf_counter()
     if remaining > 0:

@@ -213,7 +213,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
     if remaining > 0 and done > 0:
-        cost_model = warm_start(cost_model, db_dir, mod, target)
+        cost_model = warm_start(cost_model, db_dir, target, [(mod, "main")])
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
@@ -252,8 +252,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     return result
 
 
-def warm_start(cost_model: Any, db_dir: Path, mod: Any, target: Any) -> Any:
-    """A resumed run's cost model, updated with the database's measurements of `mod`.
+def warm_start(cost_model: Any, db_dir: Path, target: Any, tasks: list[tuple[Any, str]]) -> Any:
+    """A resumed run's cost model, updated with the database's measurements of each task
+    (`(IRModule, task name)`; the name routes the update as in tuning).
 
     MetaSchedule's search strategies read the database when a run resumes, its cost models do
     not: without this, a resumed run would search with a model that has forgotten every trial
@@ -267,20 +268,22 @@ def warm_start(cost_model: Any, db_dir: Path, mod: Any, target: Any) -> Any:
     if isinstance(cost_model, str):
         cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=1, tree_method="auto")
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
-    if not database.has_workload(mod):
-        return cost_model
-    workload = database.commit_workload(mod)
-    records = [r for r in database.get_all_tuning_records() if r.workload.same_as(workload)]
-    if not records:
-        return cost_model
-    context = ms.TuneContext(mod=mod, target=target, task_name="main", num_threads=1)
-    results = []
-    for rec in records:
-        secs = [float(x) for x in rec.run_secs] if rec.run_secs else []
-        ok = bool(secs) and max(secs) < FAILED_RUN_S
-        results.append(ms.runner.RunnerResult(run_secs=rec.run_secs if ok else None,
-                                              error_msg=None if ok else "failed in an earlier run"))
-    cost_model.update(context, [rec.as_measure_candidate() for rec in records], results)
+    records = database.get_all_tuning_records()
+    for mod, task_name in tasks:
+        if not database.has_workload(mod):
+            continue
+        workload = database.commit_workload(mod)
+        mine = [r for r in records if r.workload.same_as(workload)]
+        if not mine:
+            continue
+        results = []
+        for rec in mine:
+            secs = [float(x) for x in rec.run_secs] if rec.run_secs else []
+            ok = bool(secs) and max(secs) < FAILED_RUN_S
+            results.append(ms.runner.RunnerResult(run_secs=rec.run_secs if ok else None,
+                                                  error_msg=None if ok else "failed in an earlier run"))
+        context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=1)
+        cost_model.update(context, [rec.as_measure_candidate() for rec in mine], results)
     return cost_model
 
 
