@@ -146,6 +146,15 @@ def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: l
         per_trial = [_median([r.data[k] / r.data["trials"] for r in own]) for k in ("search_s", "measure_s", "encode_s",
                                                                                      "update_s")]
         lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios], *[_fmt(v, 3) for v in per_trial]]) + " |")
+    last = budgets[-1]
+    lines += ["", f"Geometric-mean speed-up over xgb after its largest budget ({last} trials), by own budget "
+              "(workloads where xgb reached it): how few trials match TVM's default tuner.", "",
+              "| strategy | " + " | ".join(f"@{b} vs xgb @{last}" for b in budgets) + " |",
+              "|" + "---|" * (len(budgets) + 1)]
+    for s in strategies:
+        ratios = [geomean([a / x for a, x in ((best(runs, n, s, b), best(runs, n, BASELINE, last)) for n in names)
+                           if a and x]) for b in budgets]
+        lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios]]) + " |")
     return "\n".join(lines)
 
 
