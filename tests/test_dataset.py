@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from metatune.data.card import compute_counts, read_card
-from metatune.data.spec import SpecError, load_spec
+from metatune.data.spec import load_spec
 from metatune.data.store import RECORD_FILE, DatasetStore
 
 TINY_SPEC = """

@@ -17,7 +17,6 @@ def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batc
     spec = load_spec(spec_path)  # every spec error surfaces here, before anything is measured
     spec.training_workloads()
     from ..data.builder import DatasetBuilder, summarize
-    from ..device import local_fingerprint
     from ..measure import Measurer, MeasureSettings
     from ..runners import make_runner
 
