@@ -32,6 +32,16 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.runner import Runner
 
 
+FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
+
+
+def successful_run_seconds(run_secs: Any) -> list[float] | None:
+    """The run times of a measurement (TVM FloatImms or floats), or None if it failed: no times,
+    or MetaSchedule's failure marker."""
+    secs = [float(getattr(v, "value", v)) for v in (run_secs or [])]
+    return secs if secs and max(secs) < FAILED_RUN_S else None
+
+
 class FailureKind(str, Enum):
     BUILD_ERROR = "build_error"
     BUILD_TIMEOUT = "build_timeout"

@@ -61,7 +61,10 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
     assert result["verified"] and result["max_rel_error"] < 1e-3 and result["best_gflops"] > 0
     assert len(measured_latencies(tmp_path / "db", Workload.parse(SMALL).irmodule())) == 8
     # a run resumed from this database starts with a cost model that has seen its 8 trials
-    model = warm_start(strategy, tmp_path / "db", target, [(Workload.parse(SMALL).irmodule(), "main")])
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    database = JSONDatabase(work_dir=str(tmp_path / "db"))
+    model = warm_start(strategy, database, target, [(Workload.parse(SMALL).irmodule(), "main")])
     if strategy == "xgb":
         assert sum(len(group.costs) for group in model.data.values()) == 8
     else:

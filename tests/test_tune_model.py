@@ -238,12 +238,12 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
     trained = resolve_checkpoint("auto", local_fingerprint())[0]
     metatune, xgb = MetaTuneCostModel(trained), ms.cost_model.CostModel.create("xgb", num_tuning_cores=1)
     router = RoutedCostModel(metatune, xgb, {conv.task_name})
-    warm_start(router, db, target, [(t.dispatched[0], t.task_name) for t in tasks])
+    db_obj = ms.database.JSONDatabase(work_dir=str(db))
+    warm_start(router, db_obj, target, [(t.dispatched[0], t.task_name) for t in tasks])
 
     others = sum(len(measured_latencies(db, t.dispatched[0])) for t in tasks if t is not conv)
     assert sum(len(group.costs) for group in xgb.data.values()) == others > 0
     context = ms.TuneContext(mod=conv.dispatched[0], target=target, task_name=conv.task_name)
-    db_obj = ms.database.JSONDatabase(work_dir=str(db))
     workload = db_obj.commit_workload(conv.dispatched[0])
     candidates = [r.as_measure_candidate() for r in db_obj.get_all_tuning_records() if r.workload.same_as(workload)]
     cold = MetaTuneCostModel(trained).predict(context, candidates)

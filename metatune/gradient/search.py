@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .. import MetatuneError
+from ..measure import successful_run_seconds
 from ..space import Config, DesignSpaces, SearchSpace, SpaceError
 from . import NotDifferentiable
 from .program import Variant
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
 _SCORE_BATCH = 256
 
 
@@ -104,10 +104,6 @@ class GradientStats:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "per_batch_s": self.per_batch_s}
-
-
-def _run_seconds(values: Any) -> list[float]:
-    return [float(getattr(v, "value", v)) for v in (values or [])]
 
 
 class _Scorer:
@@ -235,8 +231,8 @@ class _GradientLogic:
                 config = self.space.config_of(cand.sch.trace)
             else:
                 config = self.pending.pop(match)[1]
-            secs = _run_seconds(result.run_secs)
-            if result.error_msg or not secs or min(secs) >= FAILED_RUN_S:
+            secs = successful_run_seconds(result.run_secs)
+            if result.error_msg or secs is None:
                 self.failures.add(config)
                 self.stats.failed += 1
             else:
@@ -495,8 +491,8 @@ class _GradientLogic:
                 config = self.space.config_of(rec.trace)
             except SpaceError:
                 continue  # another design-space structure: never proposed by this search anyway
-            secs = _run_seconds(rec.run_secs)
-            if not secs or min(secs) >= FAILED_RUN_S:
+            secs = successful_run_seconds(rec.run_secs)
+            if secs is None:
                 self.failures.add(config)
             else:
                 self.observations.setdefault(config, statistics.median(secs))

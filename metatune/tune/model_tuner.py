@@ -194,11 +194,12 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     db_dir.mkdir(parents=True, exist_ok=True)
     done = sum(len(measured_latencies(db_dir, t.dispatched[0])) for t in tasks)
     remaining = trials - done
-    if remaining > 0 and done > 0:
-        cost_model = warm_start(cost_model, db_dir, target, [(t.dispatched[0], t.task_name) for t in tasks])
     profile: dict[str, float] = {}
     tune_start = time.perf_counter()
     if remaining > 0:
+        database = ms.database.JSONDatabase(work_dir=str(db_dir))
+        if done > 0:
+            cost_model = warm_start(cost_model, database, target, [(t.dispatched[0], t.task_name) for t in tasks])
         # The gradient scheduler first gives each task one batch in turn: small enough batches
         # let every task get a schedule within the budget.
         per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
@@ -214,7 +215,7 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
                           task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=remaining, num_trials_per_iter=per_iter,
                           builder=setup.measurer.builder, runner=setup.measurer.runner,
-                          database=ms.database.JSONDatabase(work_dir=str(db_dir)), cost_model=cost_model,
+                          database=database, cost_model=cost_model,
                           measure_callbacks=callbacks, task_scheduler=ms.task_scheduler.GradientBased(seed=seed))
         profile = {k: float(v) for k, v in profiler.get().items()}
         for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():

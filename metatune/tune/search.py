@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 
 import numpy as np
 
+from ..measure import successful_run_seconds
 from ..space import Candidate, Config, DesignSpaces, SearchSpace, SpaceError
 from . import bo
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
 _PROBE = 8  # cached pool entries re-predicted to detect a changed cost model
 
 
@@ -220,10 +220,6 @@ class _Observation:
     raw: float | None = None  # cost-model output, for database records until they get a score
 
 
-def _run_seconds(values: Any) -> list[float]:
-    return [float(getattr(v, "value", v)) for v in (values or [])]
-
-
 class _BatchBOLogic:
     """The strategy's logic; `BatchBO` adds MetaSchedule's `PySearchStrategy` plumbing."""
 
@@ -332,8 +328,8 @@ class _BatchBOLogic:
                 assert self.space is not None
                 config = self.space.config_of(cand.sch.trace)
                 embedding, score = self.space.embed(config), None
-            secs = _run_seconds(result.run_secs)
-            if result.error_msg or not secs or min(secs) >= FAILED_RUN_S:
+            secs = successful_run_seconds(result.run_secs)
+            if result.error_msg or secs is None:
                 self.failures.add(config)
                 self.stats.failed += 1
             else:
@@ -372,8 +368,8 @@ class _BatchBOLogic:
                 foreign += 1  # another design-space structure (other rules): we cannot propose it anyway
                 continue
             self.stats.resumed += 1
-            secs = _run_seconds(rec.run_secs)
-            if not secs or min(secs) >= FAILED_RUN_S:
+            secs = successful_run_seconds(rec.run_secs)
+            if secs is None:
                 self.failures.add(config)
             elif config not in self.observations:
                 self.observations[config] = _Observation(statistics.median(secs), self.space.embed(config), None)

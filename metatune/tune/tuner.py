@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import MetatuneError
+from ..measure import successful_run_seconds
 from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from ..workloads import Workload
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 RECORD_FILE = "database_tuning_record.json"
 WORKLOAD_FILE = "database_workload.json"
-FAILED_RUN_S = 1e9  # MetaSchedule stores failed runs as 1e10 s
 
 
 @dataclass
@@ -69,9 +69,8 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
             continue
         index, record = json.loads(line)
         if index in indices:
-            secs = [float(x) for x in record[1]] if record[1] else []
-            ok = secs and max(secs) < FAILED_RUN_S
-            out.append(sorted(secs)[len(secs) // 2] if ok else None)
+            secs = successful_run_seconds(record[1])
+            out.append(sorted(secs)[len(secs) // 2] if secs else None)
     return out
 
 
@@ -212,10 +211,10 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     start = time.perf_counter()
     cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
-    if remaining > 0 and done > 0:
-        cost_model = warm_start(cost_model, db_dir, target, [(mod, "main")])
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
+        if done > 0:
+            cost_model = warm_start(cost_model, database, target, [(mod, "main")])
         callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
         if report is not None:
             callbacks.append(progress_callback(
@@ -252,7 +251,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     return result
 
 
-def warm_start(cost_model: Any, db_dir: Path, target: Any, tasks: list[tuple[Any, str]]) -> Any:
+def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[Any, str]]) -> Any:
     """A resumed run's cost model, updated with the database's measurements of each task
     (`(IRModule, task name)`; the name routes the update as in tuning).
 
@@ -267,7 +266,6 @@ def warm_start(cost_model: Any, db_dir: Path, target: Any, tasks: list[tuple[Any
         return cost_model
     if isinstance(cost_model, str):
         cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=1, tree_method="auto")
-    database = ms.database.JSONDatabase(work_dir=str(db_dir))
     records = database.get_all_tuning_records()
     for mod, task_name in tasks:
         if not database.has_workload(mod):
@@ -276,12 +274,10 @@ def warm_start(cost_model: Any, db_dir: Path, target: Any, tasks: list[tuple[Any
         mine = [r for r in records if r.workload.same_as(workload)]
         if not mine:
             continue
-        results = []
-        for rec in mine:
-            secs = [float(x) for x in rec.run_secs] if rec.run_secs else []
-            ok = bool(secs) and max(secs) < FAILED_RUN_S
-            results.append(ms.runner.RunnerResult(run_secs=rec.run_secs if ok else None,
-                                                  error_msg=None if ok else "failed in an earlier run"))
+        ok = [successful_run_seconds(rec.run_secs) is not None for rec in mine]
+        results = [ms.runner.RunnerResult(run_secs=rec.run_secs if good else None,
+                                          error_msg=None if good else "failed in an earlier run")
+                   for rec, good in zip(mine, ok)]
         context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=1)
         cost_model.update(context, [rec.as_measure_candidate() for rec in mine], results)
     return cost_model
