@@ -168,7 +168,6 @@ def frozen_copy(model: CostModel) -> CostModel:
     return clone
 
 
-
 def xgb_method(record_tasks: Sequence["RecordTask"], start: Callable[[], object]) -> Method:
     """TVM's XGBModel, started fresh (`xgb`) or from a transfer model (`xgb-transfer`)."""
     from .baselines import xgb_predict

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.bench.runner import BenchConfig, plan
+from metatune.bench.runner import BenchConfig, merge_segments, plan
 from metatune.bench.suites import load_suite
 from metatune.data.store import DatasetStore
 
@@ -72,7 +72,8 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
     references = json.loads((out / "references.json").read_text())
     assert references["fp32_peak_gflops"] > 0
     assert set(references["torch"]) == {b.name for b in load_suite("quick")}
-    assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 for r in references["torch"].values())
+    assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 and r["spread"] >= 0
+               for r in references["torch"].values())
 
 
 def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset):
@@ -83,6 +84,34 @@ def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset)
                     "--out", str(out), env={"METATUNE_DATASET": str(small_dataset)})
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_text() for p in (out / "runs").glob("*/*.json")} == before
+
+
+def test_a_resumed_run_adds_its_segments_times(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n")
+    args = ("bench", "--suite", str(suite), "--strategies", "random", "--trials-per-iter", "2", "--no-references",
+            "--out", str(tmp_path / "out"))
+    first = run_cli(*args, "--budgets", "2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    path = tmp_path / "out" / "runs" / "tiny" / "random-r0.json"
+    earlier = json.loads(path.read_text())
+    assert (earlier["trials"], earlier["timed_trials"], earlier["resumed"]) == (2, 2, False)
+    again = run_cli(*args, "--budgets", "2,4")
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = json.loads(path.read_text())
+    assert (resumed["trials"], resumed["timed_trials"], resumed["resumed"]) == (4, 4, True)
+    assert resumed["wall_s"] > earlier["wall_s"] and resumed["measure_s"] > earlier["measure_s"]
+
+
+def test_times_of_a_killed_segment_are_not_counted_as_timed():
+    earlier = {"trials": 64, "wall_s": 100.0, "search_s": 40.0, "measure_s": 50.0, "encode_s": 1.0, "update_s": 2.0}
+    # the database held 128 trials when the last segment started: a killed segment measured 64 more
+    latest = {"trials": 256, "timed_trials": 128, "wall_s": 300.0, "search_s": 120.0, "measure_s": 150.0,
+              "encode_s": 3.0, "update_s": 6.0}
+    merged = merge_segments(earlier, latest)
+    assert merged["timed_trials"] == 192 and merged["trials"] == 256
+    assert (merged["wall_s"], merged["search_s"], merged["measure_s"]) == (400.0, 160.0, 200.0)
+    assert merge_segments(None, latest) == latest
 
 
 def test_plan_rotates_strategies_per_workload():

@@ -17,7 +17,7 @@ from typing import Any
 BASELINE = "xgb"
 CSV_FIELDS = ("workload", "workload_text", "strategy", "repeat", "budget", "best_gflops", "best_latency_us",
               "trials", "wall_s", "search_s", "measure_s", "encode_s", "update_s", "failures", "verified",
-              "max_rel_error", "resumed")
+              "max_rel_error", "resumed", "timed_trials")
 
 
 @dataclass
@@ -33,6 +33,11 @@ class Run:
     @property
     def strategy(self) -> str:
         return self.data["strategy"]
+
+    @property
+    def timed_trials(self) -> int:
+        """Trials the run's times cover (results written before this field: all of them)."""
+        return int(self.data.get("timed_trials", self.data["trials"]))
 
     def best_at(self, budget: int) -> float | None:
         """Best GFLOPS within the first `budget` trials (None if the run is shorter)."""
@@ -85,7 +90,7 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
                     "workload": r.name, "workload_text": r.data["workload"], "strategy": r.strategy,
                     "repeat": r.data["repeat"], "budget": budget, "best_gflops": gflops,
                     "best_latency_us": round(_flops(r) / gflops / 1e3, 3),
-                    **{k: r.data.get(k) for k in CSV_FIELDS[7:]},
+                    **{k: r.data.get(k) for k in CSV_FIELDS[7:]}, "timed_trials": r.timed_trials,
                 })
 
 
@@ -142,9 +147,9 @@ def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: l
         for b in budgets:
             pairs = [(best(runs, n, s, b), best(runs, n, BASELINE, b)) for n in names]
             ratios.append(geomean([a / x for a, x in pairs if a and x]))
-        own = [r for r in runs if r.strategy == s and r.data["trials"]]
-        per_trial = [_median([r.data[k] / r.data["trials"] for r in own]) for k in ("search_s", "measure_s", "encode_s",
-                                                                                     "update_s")]
+        own = [r for r in runs if r.strategy == s and r.timed_trials]
+        per_trial = [_median([r.data[k] / r.timed_trials for r in own]) for k in ("search_s", "measure_s", "encode_s",
+                                                                                   "update_s")]
         lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios], *[_fmt(v, 3) for v in per_trial]]) + " |")
     last = budgets[-1]
     lines += ["", f"Geometric-mean speed-up over xgb after its largest budget ({last} trials), by own budget "

@@ -26,6 +26,7 @@ from .references import fp32_peak_gflops, torch_reference
 from .suites import BenchWorkload, load_suite
 
 REFERENCES_FILE = "references.json"
+TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
 
 
 @dataclass
@@ -135,10 +136,12 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             progress.set(base + n, f"{key.workload} [{key.strategy}] best {best:.1f} GFLOPS")
 
         started = time.time()
+        earlier = read_result(key.result_path(config.out))
         result = tune_workload(bench_workload.workload, config.max_trials, key.strategy, key.db_dir(config.out),
                                checkpoint=config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer).to_json()
+        result = merge_segments(earlier, result)
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         _write_json(key.result_path(config.out), result)
@@ -146,11 +149,27 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
             ref = torch_reference(bench_workload.workload, threads)
+            if ref.disturbed:
+                echo(f"warning: PyTorch reference of {bench_workload.name}: two timing passes differ by "
+                     f"{ref.spread:.0%}; the machine was busy, re-measure it on an idle machine")
             references.setdefault("torch", {})[bench_workload.name] = {"workload": str(bench_workload.workload),
                                                                       **ref.__dict__}
             _write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
+
+
+def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:
+    """The result of a run resumed from `earlier`: `latest` with the earlier segments' times added,
+    so that times per trial stay right. A segment killed before it wrote its result lost its
+    times: its trials count in `trials` and the curve, but not in `timed_trials`."""
+    if earlier is None:
+        return latest
+    merged = dict(latest)
+    for name in TIMED_FIELDS:
+        merged[name] = round(float(earlier.get(name, 0.0)) + float(latest[name]), 2)
+    merged["timed_trials"] = int(earlier.get("timed_trials", earlier["trials"])) + int(latest["timed_trials"])
+    return merged
 
 
 def _trials_done(path: Path) -> int:

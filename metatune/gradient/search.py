@@ -390,9 +390,9 @@ class _GradientLogic:
         for variant, y, unroll, trajectory in visited:
             model = self.variants.models[variant]
             points = list(zip(model.relax.round(y), unroll.tolist()))
-            items = list(dict.fromkeys(points))
-            scored.update(self._score(model, [(t, u) for t, u in items if model.config(t, u) not in avoid], scorer))
-            trajectory_of += [(model.config(t, u), int(k)) for (t, u), k in zip(points, trajectory)]
+            config_of = {point: model.config(*point) for point in dict.fromkeys(points)}
+            scored.update(self._score(model, [p for p, c in config_of.items() if c not in avoid], scorer))
+            trajectory_of += [(config_of[point], int(k)) for point, k in zip(points, trajectory)]
         leaders: dict[int, Config] = {}
         for config, k in trajectory_of:
             if config in scored and (k not in leaders or _key(scored[config]) < _key(scored[leaders[k]])):

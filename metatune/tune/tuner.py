@@ -47,6 +47,9 @@ class TuneResult:
     max_rel_error: float | None = None
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
+    # The trials the times above cover: those this invocation measured. A resumed run's earlier
+    # trials are in `trials` and `curve`, but their times were spent (and reported) before.
+    timed_trials: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -239,6 +242,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         best_gflops=curve[-1] if curve and best < float("inf") else None, curve=curve, wall_s=round(wall, 2),
         search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
         failures=sum(lat is None for lat in latencies), checkpoint=setup.checkpoint, notes=setup.notes,
+        timed_trials=len(latencies) - done,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
     if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own
