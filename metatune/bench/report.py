@@ -90,7 +90,7 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
                     "workload": r.name, "workload_text": r.data["workload"], "strategy": r.strategy,
                     "repeat": r.data["repeat"], "budget": budget, "best_gflops": gflops,
                     "best_latency_us": round(_flops(r) / gflops / 1e3, 3),
-                    **{k: r.data.get(k) for k in CSV_FIELDS[7:]}, "timed_trials": r.timed_trials,
+                    **{k: r.data.get(k) for k in CSV_FIELDS[7:] if k != "timed_trials"}, "timed_trials": r.timed_trials,
                 })
 
 

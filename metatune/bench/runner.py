@@ -121,7 +121,8 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         references["threads"] = threads
         _write_json(config.out / REFERENCES_FILE, references)
     transfer = None
-    done_trials = {key: _trials_done(key.result_path(config.out)) for _, key in runs}
+    earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
+    done_trials = {key: int(r["trials"]) if r else 0 for key, r in earlier_results.items()}
     progress = progress or BenchProgress(total=len(runs) * config.max_trials)
     offset = sum(min(t, config.max_trials) for t in done_trials.values())
     progress.set(offset, "")
@@ -136,12 +137,11 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             progress.set(base + n, f"{key.workload} [{key.strategy}] best {best:.1f} GFLOPS")
 
         started = time.time()
-        earlier = read_result(key.result_path(config.out))
         result = tune_workload(bench_workload.workload, config.max_trials, key.strategy, key.db_dir(config.out),
                                checkpoint=config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer).to_json()
-        result = merge_segments(earlier, result)
+        result = merge_segments(earlier_results[key], result)
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         _write_json(key.result_path(config.out), result)
@@ -170,11 +170,6 @@ def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> di
         merged[name] = round(float(earlier.get(name, 0.0)) + float(latest[name]), 2)
     merged["timed_trials"] = int(earlier.get("timed_trials", earlier["trials"])) + int(latest["timed_trials"])
     return merged
-
-
-def _trials_done(path: Path) -> int:
-    result = read_result(path)
-    return int(result["trials"]) if result else 0
 
 
 def _load_references(out: Path) -> dict[str, Any]:
