@@ -240,11 +240,17 @@ def evaluate(
     data: Path = typer.Option(..., help="Dataset directory."),
     run: Path = typer.Option(..., help="A finished `metatune train` run directory."),
     config: Optional[Path] = typer.Option(None, help="Override the run's evaluation settings with this config."),
+    ks: Optional[str] = typer.Option(None, help="Comma-separated support-set sizes, e.g. 16,150 (a side study: "
+                                                "printed only, the run's card keeps its table)."),
+    methods: Optional[str] = typer.Option(None, help="Comma-separated methods out of metatune, finetune, scratch, "
+                                                     "metatune-plain, xgb, xgb-transfer (a side study, like --ks)."),
 ) -> None:
     """Re-run the held-out evaluation table (metatune vs fine-tuning, scratch, XGBoost, ablation)."""
+    from .commands import parse_ints, parse_list
     from .training import run_evaluate
 
-    run_evaluate(data, run, config, echo=typer.echo)
+    run_evaluate(data, run, config, echo=typer.echo, ks=tuple(parse_ints(ks, "--ks", "16,150")) if ks else None,
+                 methods=tuple(parse_list(methods, "--methods")) if methods else None)
 
 
 @app.command()

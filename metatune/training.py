@@ -30,6 +30,8 @@ WEIGHTS_FILE = "model.safetensors"
 PRETRAINED_FILE = "pretrained.safetensors"  # before MAML: the fine-tuning baseline
 PLAIN_FILE = "plain.safetensors"  # the ablation trained without the super-graph
 CARD_FILE = "card.json"
+# "metatune-plain" is the super-graph ablation; a config asks for it with `ablation: true`
+EVAL_METHODS = ("metatune", "finetune", "scratch", "metatune-plain", "xgb", "xgb-transfer")
 
 
 class ModelSection(BaseModel):
@@ -68,7 +70,13 @@ class TrainConfig(BaseModel):
         for key in ("ks", "methods"):
             if key in data:
                 data[key] = tuple(data[key])
-        return EvalConfig(seed=self.seed, **data)
+        config = EvalConfig(seed=self.seed, **data)
+        unknown = sorted(set(config.methods) - set(EVAL_METHODS))
+        if unknown:
+            raise MetatuneError(f"unknown evaluation method(s) {', '.join(unknown)}; choose from {', '.join(EVAL_METHODS)}")
+        if any(k < 0 for k in config.ks):
+            raise MetatuneError(f"evaluation ks must be >= 0, got {list(config.ks)}")
+        return config
 
 
 def load_config(path: Path) -> TrainConfig:
@@ -82,7 +90,7 @@ def load_config(path: Path) -> TrainConfig:
     except ValidationError as err:
         first = err.errors()[0]
         raise MetatuneError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except TypeError as err:  # an unknown key in pretrain/maml/evaluation
+    except (TypeError, MetatuneError) as err:  # an unknown key or value in pretrain/maml/evaluation
         raise MetatuneError(f"{path}: {err}") from None
 
 
@@ -296,8 +304,14 @@ def _write_evaluation(out: Path, result: EvalResult, log: TrainLog) -> None:
     print(format_table(result))
 
 
-def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=print) -> EvalResult:
-    """Re-run the evaluation table of a finished run (`metatune evaluate`)."""
+def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=print,
+                 ks: tuple[int, ...] | None = None, methods: tuple[str, ...] | None = None) -> EvalResult:
+    """Re-run the evaluation table of a finished run (`metatune evaluate`).
+
+    With `ks` or `methods` the table is a side study (e.g. k = 150: how well does each method rank
+    when trained on most of the workload's own samples?): it is printed, and the run's card and
+    eval.md keep the configured table.
+    """
     from .encode.supergraph import GraphEncoder
 
     card_path = run_dir / CARD_FILE
@@ -305,15 +319,36 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
         raise MetatuneError(f"{run_dir} is not a training run (no {CARD_FILE})")
     card = json.loads(card_path.read_text())
     config = load_config(config_path) if config_path else TrainConfig.model_validate(card["train_config"])
+    side_study = ks is not None or methods is not None
+    if side_study:
+        config = _with_evaluation(config, ks, methods)
     torch.set_num_threads(config.threads)
     main = TrainedModel.load(run_dir / WEIGHTS_FILE)
     pretrained = TrainedModel.load(run_dir / PRETRAINED_FILE)
     plain = TrainedModel.load(run_dir / PLAIN_FILE) if (run_dir / PLAIN_FILE).exists() else None
+    if methods is not None and "metatune-plain" not in methods:
+        plain = None
     encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
     _, heldout = split_sets(encoded)
     result = run_evaluation(config, data_dir, heldout, main, pretrained, plain, echo)
+    if side_study:
+        echo(format_table(result))
+        return result
     card["metrics"], card["metrics_per_workload"] = result.metrics, result.per_workload
     card_path.write_text(json.dumps(card, indent=2) + "\n")
     log = TrainLog(json.loads((run_dir / "curves.json").read_text()))
     _write_evaluation(run_dir, result, log)
     return result
+
+
+def _with_evaluation(config: TrainConfig, ks: tuple[int, ...] | None, methods: tuple[str, ...] | None) -> TrainConfig:
+    """The config with its evaluation's k values and/or methods replaced (validated like a file)."""
+    evaluation = dict(config.evaluation)
+    if ks is not None:
+        evaluation["ks"] = list(ks)
+    if methods is not None:
+        evaluation["methods"] = list(methods)
+    updated = config.model_copy(update={"evaluation": evaluation})
+    updated.eval_config()  # validates
+    return updated
+

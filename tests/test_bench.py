@@ -101,6 +101,7 @@ def test_a_resumed_run_adds_its_segments_times(tmp_path):
     resumed = json.loads(path.read_text())
     assert (resumed["trials"], resumed["timed_trials"], resumed["resumed"]) == (4, 4, True)
     assert resumed["wall_s"] > earlier["wall_s"] and resumed["measure_s"] > earlier["measure_s"]
+    assert resumed["started"] == earlier["started"]  # tables order workloads by when their runs began
 
 
 def test_times_of_a_killed_segment_are_not_counted_as_timed():

@@ -142,8 +142,9 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer).to_json()
         result = merge_segments(earlier_results[key], result)
+        first_start = (earlier_results[key] or {}).get("started")  # a resumed run keeps its first start
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
-                      started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
+                      started=first_start or time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         _write_json(key.result_path(config.out), result)
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")

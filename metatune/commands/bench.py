@@ -7,20 +7,7 @@ from pathlib import Path
 import typer
 
 from .. import MetatuneError
-
-
-def parse_list(text: str, what: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise MetatuneError(f"{what}: expected a comma-separated list, got {text!r}")
-    return items
-
-
-def parse_budgets(text: str) -> list[int]:
-    try:
-        return [int(b) for b in parse_list(text, "--budgets")]
-    except ValueError:
-        raise MetatuneError(f"--budgets: expected trial counts such as 16,32,64, got {text!r}") from None
+from . import parse_ints, parse_list
 
 
 def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,
@@ -50,7 +37,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     from ..bench.runner import BenchConfig, BenchProgress, run_bench
     from ..progress import progress_bar
 
-    config = BenchConfig(suite=suite, budgets=parse_budgets(budgets), strategies=parse_list(strategies, "--strategies"),
+    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"), strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
                          trials_per_iter=trials_per_iter, references=references)
     if not report_only:

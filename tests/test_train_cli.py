@@ -1,0 +1,79 @@
+"""`metatune train` and `metatune evaluate` end to end on a few real workloads of the shipped dataset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from metatune import MetatuneError
+from metatune.cli import app
+from metatune.data.store import DatasetStore
+
+SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
+
+
+def cli(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
+    """Four training and one held-out workload (symlinked), trained with a few steps."""
+    root = tmp_path_factory.mktemp("train")
+    data = root / "dataset"
+    shipped = [s for s in DatasetStore(SHIPPED) if s.sealed]
+    chosen = [s for s in shipped if s.split == "train"][:4] + [next(s for s in shipped if s.split == "heldout")]
+    for store in chosen:
+        link = data / "workloads" / store.workload.family / store.dir.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(store.dir)
+    shutil.copy(SHIPPED / "card.json", data / "card.json")
+    config = root / "tiny.yaml"
+    config.write_text(CONFIG.read_text().split("\nmodel:")[0] + """
+ablation: false
+model: {hidden: 16, gcn_layers: 1, fc_hidden: 16}
+pretrain: {epochs: 2, steps_per_epoch: 3, workloads_per_batch: 2, graphs_per_workload: 8, rank_loss: true}
+maml: {k_support: 8, q_query: 8, tasks_per_batch: 2, iterations: 4, eval_every: 2}
+evaluation: {ks: [0, 8], repeats: 1, methods: [metatune, scratch]}
+""")
+    out = root / "run"
+    result = cli("train", "--data", data, "--config", config, "--out", out)
+    assert result.exit_code == 0, result.output
+    return data, out
+
+
+def test_train_writes_weights_card_and_table(tiny_run):
+    _, out = tiny_run
+    card = json.loads((out / "card.json").read_text())
+    assert card["dataset"]["train_workloads"] + card["dataset"]["valid_workloads"] == 4
+    assert set(card["metrics"]) == {"metatune", "scratch"}
+    assert 0.0 <= card["metrics"]["metatune"]["8"]["pairwise_acc"] <= 1.0
+    assert "| metatune | 8 |" in (out / "eval.md").read_text()
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_side_study_prints_its_table_and_keeps_the_card(tiny_run):
+    data, out = tiny_run
+    before = (out / "card.json").read_text(), (out / "eval.md").read_text()
+    result = cli("evaluate", "--data", data, "--run", out, "--ks", "16,150", "--methods", "scratch,finetune")
+    assert result.exit_code == 0, result.output
+    assert "| scratch | 150 |" in result.output and "| finetune | 16 |" in result.output
+    assert "| metatune |" not in result.output
+    assert ((out / "card.json").read_text(), (out / "eval.md").read_text()) == before
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--methods", "metatune,magic"), "unknown evaluation method(s) magic"),
+    (("--ks", "8,-1"), "ks must be >= 0"),
+    (("--ks", "eight"), "--ks: expected numbers"),
+])
+def test_evaluate_rejects_bad_options(tiny_run, args, fragment):
+    data, out = tiny_run
+    result = cli("evaluate", "--data", data, "--run", out, *args)
+    assert isinstance(result.exception, MetatuneError), result.output
+    assert fragment in str(result.exception)
