@@ -37,7 +37,8 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     from ..bench.runner import BenchConfig, BenchProgress, run_bench
     from ..progress import progress_bar
 
-    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"), strategies=parse_list(strategies, "--strategies"),
+    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+                         strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
                          trials_per_iter=trials_per_iter, references=references)
     if not report_only:
