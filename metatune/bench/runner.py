@@ -141,10 +141,9 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
                                checkpoint=config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer).to_json()
-        result = merge_segments(earlier_results[key], result)
-        first_start = (earlier_results[key] or {}).get("started")  # a resumed run keeps its first start
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
-                      started=first_start or time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
+                      started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
+        result = merge_segments(earlier_results[key], result)
         _write_json(key.result_path(config.out), result)
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
@@ -163,10 +162,13 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
 def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:
     """The result of a run resumed from `earlier`: `latest` with the earlier segments' times added,
     so that times per trial stay right. A segment killed before it wrote its result lost its
-    times: its trials count in `trials` and the curve, but not in `timed_trials`."""
+    times: its trials count in `trials` and the curve, but not in `timed_trials`. The run keeps its
+    first segment's start time."""
     if earlier is None:
         return latest
     merged = dict(latest)
+    if "started" in earlier:
+        merged["started"] = earlier["started"]
     for name in TIMED_FIELDS:
         merged[name] = round(float(earlier.get(name, 0.0)) + float(latest[name]), 2)
     merged["timed_trials"] = int(earlier.get("timed_trials", earlier["trials"])) + int(latest["timed_trials"])
