@@ -253,6 +253,28 @@ def evaluate(
                  methods=tuple(parse_list(methods, "--methods")) if methods else None)
 
 
+@app.command("learning-curve")
+def learning_curve(
+    data: Path = typer.Option(..., help="Dataset directory."),
+    config: Path = typer.Option(..., help="Training config whose model and pretraining settings are used."),
+    fractions: str = typer.Option("0.25,0.5,1", help="Comma-separated fractions of the training workloads "
+                                                    "(each with all its records)."),
+    records: str = typer.Option("50,100", help="Comma-separated records per workload (with all training workloads)."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds; subsets and initialisation differ per seed."),
+    out: Optional[Path] = typer.Option(None, help="JSON file for the points, rewritten after each one."),
+) -> None:
+    """Pretrain on growing subsets of the data and rank validation/held-out workloads zero-shot (k = 0)."""
+    from .commands import parse_ints, parse_list
+    from .learning_curve import run_learning_curve
+
+    try:
+        fraction_values = [float(f) for f in parse_list(fractions, "--fractions")]
+    except ValueError:
+        raise MetatuneError(f"--fractions: expected numbers such as 0.25,0.5,1, got {fractions!r}") from None
+    run_learning_curve(data, config, fraction_values, parse_ints(records, "--records", "50,100"),
+                       parse_ints(seeds, "--seeds", "0,1"), out, echo=typer.echo)
+
+
 @app.command()
 def bench(
     suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "

@@ -1,5 +1,8 @@
 """MetaTune's cost model: GCN embedding → ReLU → weighted-sum + max aggregation → 3 FC layers.
 
+Two options exist for ablations: `slot_readout` adds a per-slot readout of the super-graph
+beside the pooling, and `gcn_layers: 0` drops message passing.
+
 A batch is B graphs padded to N nodes: features `x` [B, N, F], a block-diagonal
 `edge_index` over the B*N nodes and a mask [B, N] that marks padding (never the
 super-graph's placeholder nodes, which are real nodes with zero features). Message passing
@@ -23,10 +26,11 @@ from torch_geometric.nn import GCNConv
 class ModelConfig:
     in_dim: int
     hidden: int = 64
-    gcn_layers: int = 2
+    gcn_layers: int = 2  # 0 = no message passing (an ablation: each loop seen alone)
     fc_hidden: int = 64
     num_positions: int = 0  # super-graph node count: node i is always template slot i; 0 = plain graphs
     rank_scores: bool = False  # trained with the pairwise rank loss: scores order configurations, no scale
+    slot_readout: int = 0  # super-graph only: per-slot width of the aligned readout (0 = pooling alone)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -49,6 +53,9 @@ class GraphEmbedding(nn.Module):
         self.slot_embedding = nn.Parameter(torch.zeros(config.num_positions, config.hidden)) if config.num_positions else None
         self.slot_bias = nn.Parameter(torch.zeros(config.num_positions, 1)) if config.num_positions else None
         self.out_dim = 2 * config.hidden
+        self.slot_readout = SlotReadout(config) if config.slot_readout and config.num_positions else None
+        if self.slot_readout is not None:
+            self.out_dim += self.slot_readout.out_dim
         # Unit-scale embeddings keep the head's gradients, and so few-step adaptation, well scaled.
         self.norm = nn.LayerNorm(self.out_dim)
 
@@ -67,7 +74,30 @@ class GraphEmbedding(nn.Module):
         weights = torch.softmax(scores, dim=1)
         weighted_sum = (weights * h).sum(dim=1)
         maximum = h.masked_fill(~keep, float("-inf")).amax(dim=1)
-        return self.norm(torch.cat([weighted_sum, maximum], dim=-1))
+        parts = [weighted_sum, maximum]
+        if self.slot_readout is not None:
+            parts.append(self.slot_readout(h))
+        return self.norm(torch.cat(parts, dim=-1))
+
+
+class SlotReadout(nn.Module):
+    """Reads the super-graph slot by slot instead of pooling it away.
+
+    Pooling mixes "tile level 2 of the main block's first spatial axis" with every other node.
+    On the super-graph node i is always template slot i, so each node can be projected to a
+    few numbers and the concatenation over all slots read by one linear layer, which keeps
+    *where* in the loop nest a length or an annotation sits. Plain loop graphs have no
+    aligned slots and cannot use it.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.project = nn.Linear(config.hidden, config.slot_readout)
+        self.out_dim = 2 * config.hidden
+        self.read = nn.Linear(config.num_positions * config.slot_readout, self.out_dim)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.read(torch.relu(self.project(h)).flatten(1)))
 
 
 class RegressionHead(nn.Module):

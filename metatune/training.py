@@ -37,8 +37,9 @@ EVAL_METHODS = ("metatune", "finetune", "scratch", "metatune-plain", "xgb", "xgb
 class ModelSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hidden: int = Field(64, ge=4)
-    gcn_layers: int = Field(2, ge=1)
+    gcn_layers: int = Field(2, ge=0, description="0 = no message passing (an ablation)")
     fc_hidden: int = Field(64, ge=4)
+    slot_readout: int = Field(0, ge=0, description="super-graph: per-slot width of the aligned readout; 0 = pooling only")
 
 
 class TrainConfig(BaseModel):

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from metatune import MetatuneError
 from metatune.cli import app
 from metatune.data.store import DatasetStore
+from metatune.training import load_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
@@ -77,3 +78,35 @@ def test_evaluate_rejects_bad_options(tiny_run, args, fragment):
     result = cli("evaluate", "--data", data, "--run", out, *args)
     assert isinstance(result.exception, MetatuneError), result.output
     assert fragment in str(result.exception)
+
+
+def test_learning_curve_writes_every_point(tiny_run, tmp_path):
+    data, _ = tiny_run
+    config = tiny_run[1].parent / "tiny.yaml"
+    out = tmp_path / "curve.json"
+    result = cli("learning-curve", "--data", data, "--config", config, "--fractions", "0.5,1", "--records", "20",
+                 "--out", out)
+    assert result.exit_code == 0, result.output
+    points = json.loads(out.read_text())
+    # 3 training workloads after validation: half of them (2), all 3, all 3 cut to 20 records each.
+    assert [(p["workloads"], p["records"]) for p in points] == [(2, 200), (3, 200), (3, 20)]
+    assert all(0.0 <= p["heldout_pairwise"] <= 1.0 for p in points)
+    assert "| training workloads | records each |" in result.output
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--fractions", "0,1"), "--fractions must lie in (0, 1]"),
+    (("--fractions", "half"), "--fractions: expected numbers"),
+    (("--records", "1"), "--records must be at least 2"),
+])
+def test_learning_curve_rejects_bad_options(tiny_run, args, fragment):
+    data, out = tiny_run
+    result = cli("learning-curve", "--data", data, "--config", out.parent / "tiny.yaml", *args)
+    assert isinstance(result.exception, MetatuneError), result.output
+    assert fragment in str(result.exception)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG.parent.rglob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_load(path):
+    """The shipped config and its ablations (model options included) pass validation."""
+    assert load_config(path).device_id == "x86_64-sapphirerapids-2c"

@@ -40,18 +40,20 @@ def tasks(template, n: int, seed: int):
     return [synthetic_workload(template, f"t{seed}-{i}", s * np.array([1.0, 0.5]), rng) for i, s in enumerate(signs)]
 
 
-def small_model(builder, template, rank_scores: bool = False):
+def small_model(builder, template, rank_scores: bool = False, gcn_layers: int = 1, slot_readout: int = 0):
     torch.manual_seed(0)
-    return CostModel(ModelConfig(in_dim=builder.width, hidden=16, gcn_layers=1, fc_hidden=16,
-                                 num_positions=template.num_nodes, rank_scores=rank_scores))
+    return CostModel(ModelConfig(in_dim=builder.width, hidden=16, gcn_layers=gcn_layers, fc_hidden=16,
+                                 num_positions=template.num_nodes, rank_scores=rank_scores, slot_readout=slot_readout))
 
 
-def test_pretraining_loss_falls(template):
+@pytest.mark.parametrize("gcn_layers, slot_readout", [(1, 0), (1, 4), (0, 4)])
+def test_pretraining_loss_falls(template, gcn_layers, slot_readout):
     rng = np.random.default_rng(0)
     train = [synthetic_workload(template, f"w{i}", np.array([1.0, 0.5]), rng) for i in range(4)]
     valid = [synthetic_workload(template, "v", np.array([1.0, 0.5]), rng)]
     builder = GraphBuilder(template, "supergraph", FeatureStats.fit(train))
-    model = small_model(builder, template)
+    model = small_model(builder, template, gcn_layers=gcn_layers, slot_readout=slot_readout)
+    assert model.embedding.out_dim == (64 if slot_readout else 32)
     log = pretrain(model, builder, train, valid, PretrainConfig(epochs=8, steps_per_epoch=10, lr=1e-2,
                    workloads_per_batch=4, graphs_per_workload=16, patience=8), seed=0)
     curve = log.curves["pretrain_valid_mse"]
@@ -111,3 +113,12 @@ def test_adaptation_uses_the_loss_the_model_was_trained_with(template, rank_scor
     b = adapt(model, head, (h,), 10.0 * w.log_thr + 3.0, 0.1, 3, create_graph=False, module=model.head)
     same = all(torch.allclose(a[n], b[n]) for n in a)
     assert same == rank_scores
+
+
+def test_subset_keeps_the_chosen_programs_intact(template):
+    w = synthetic_workload(template, "w", np.array([1.0, 0.5]), np.random.default_rng(0), graphs=10)
+    builder = GraphBuilder(template, "supergraph")
+    part = w.subset([7, 2, 5])
+    assert len(part) == 3 and part.ptr.tolist() == [0, 8, 16, 24]
+    assert torch.equal(part.log_thr, w.log_thr[[7, 2, 5]])
+    assert torch.equal(builder.batch(part, [0, 1, 2]).x, builder.batch(w, [7, 2, 5]).x)

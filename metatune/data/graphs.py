@@ -71,6 +71,15 @@ class EncodedWorkload:
     def __len__(self) -> int:
         return len(self.log_thr)
 
+    def subset(self, idx: Sequence[int]) -> "EncodedWorkload":
+        """Only the chosen programs, in the given order (e.g. fewer records per workload)."""
+        index = torch.as_tensor([int(i) for i in idx], dtype=torch.long)
+        counts = self.ptr[index + 1] - self.ptr[index]
+        rows = torch.cat([torch.arange(int(self.ptr[i]), int(self.ptr[i + 1])) for i in index])
+        ptr = torch.cat([torch.zeros(1, dtype=self.ptr.dtype), torch.cumsum(counts, 0).to(self.ptr.dtype)])
+        return EncodedWorkload(self.key, self.family, self.split, self.features[rows], self.slots[rows],
+                               self.parents[rows], ptr, self.log_thr[index])
+
     def program(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, b = int(self.ptr[i]), int(self.ptr[i + 1])
         return self.features[a:b], self.slots[a:b], self.parents[a:b]
