@@ -22,6 +22,7 @@ from .data.graphs import EncodedWorkload, FeatureStats, GraphBuilder, load_encod
 from .meta import pretrain, predict_all
 from .metrics import pairwise_accuracy
 from .model import CostModel, ModelConfig
+from .progress import progress_bar
 from .training import TrainConfig, _split_validation, load_config
 
 
@@ -49,7 +50,8 @@ def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, s
 
 
 def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload],
-                heldout: list[EncodedWorkload], seed: int) -> CurvePoint:
+                heldout: list[EncodedWorkload], seed: int,
+                on_epoch: Callable[[int, float, float], None] | None = None) -> CurvePoint:
     from .encode.supergraph import Template
 
     template = Template.load()
@@ -60,7 +62,7 @@ def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[E
     model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, rank_scores=pre_cfg.rank_loss,
                                   **config.model.model_dump()))
     start = time.perf_counter()
-    pretrain(model, builder, train, valid, pre_cfg, seed)
+    pretrain(model, builder, train, valid, pre_cfg, seed, on_epoch=on_epoch)
     return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
                       _median_pairwise(model, builder, valid), _median_pairwise(model, builder, heldout),
                       round(time.perf_counter() - start, 1))
@@ -85,18 +87,29 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
     full = max(map(len, train))
     grid = list(dict.fromkeys([(f, full) for f in fractions] + [(1.0, r) for r in records]))
     points: list[CurvePoint] = []
-    for fraction, count in grid:
-        for seed in seeds:
-            point = curve_point(config, subsample(train, fraction, count, seed), valid, heldout, seed)
-            points.append(point)
-            echo(f"{point.workloads} workloads x {point.records} records (seed {seed}): pairwise train "
-                 f"{point.train_pairwise:.3f} valid {point.valid_pairwise:.3f} held-out {point.heldout_pairwise:.3f} "
-                 f"({point.seconds:.0f} s)")
-            if out is not None:  # written after every point: a long study loses nothing on a crash
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps([asdict(p) for p in points], indent=1) + "\n")
+    epochs = config.pretrain_config().epochs
+    with progress_bar() as bar:
+        task = bar.add_task("learning curve", total=len(grid) * len(seeds) * epochs, status="")
+        for fraction, count in grid:
+            for seed in seeds:
+                subset = subsample(train, fraction, count, seed)
+                status = f"{len(subset)} workloads x {count} records, seed {seed}"
+                point = curve_point(config, subset, valid, heldout, seed, on_epoch=lambda e, tr, va: bar.update(
+                    task, advance=1, status=f"{status}: epoch {e + 1}, valid loss {va:.3f}"))
+                bar.update(task, completed=(len(points) + 1) * epochs)  # early stopping skips epochs
+                points.append(point)
+                _report(point, echo, out, points)
     echo(format_curve(points))
     return points
+
+
+def _report(point: CurvePoint, echo: Callable[[str], None], out: Path | None, points: list[CurvePoint]) -> None:
+    echo(f"{point.workloads} workloads x {point.records} records (seed {point.seed}): pairwise train "
+         f"{point.train_pairwise:.3f} valid {point.valid_pairwise:.3f} held-out {point.heldout_pairwise:.3f} "
+         f"({point.seconds:.0f} s)")
+    if out is not None:  # written after every point: a long study loses nothing on a crash
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([asdict(p) for p in points], indent=1) + "\n")
 
 
 def format_curve(points: Sequence[CurvePoint]) -> str:

@@ -68,14 +68,18 @@ def test_evaluate_side_study_prints_its_table_and_keeps_the_card(tiny_run):
     assert ((out / "card.json").read_text(), (out / "eval.md").read_text()) == before
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (("--methods", "metatune,magic"), "unknown evaluation method(s) magic"),
-    (("--ks", "8,-1"), "ks must be >= 0"),
-    (("--ks", "eight"), "--ks: expected numbers"),
+@pytest.mark.parametrize("command, args, fragment", [
+    ("evaluate", ("--methods", "metatune,magic"), "unknown evaluation method(s) magic"),
+    ("evaluate", ("--ks", "8,-1"), "ks must be >= 0"),
+    ("evaluate", ("--ks", "eight"), "--ks: expected numbers"),
+    ("learning-curve", ("--fractions", "0,1"), "--fractions must lie in (0, 1]"),
+    ("learning-curve", ("--fractions", "half"), "--fractions: expected numbers"),
+    ("learning-curve", ("--records", "1"), "--records must be at least 2"),
 ])
-def test_evaluate_rejects_bad_options(tiny_run, args, fragment):
+def test_bad_options_are_one_line_errors(tiny_run, command, args, fragment):
     data, out = tiny_run
-    result = cli("evaluate", "--data", data, "--run", out, *args)
+    target = ("--run", out) if command == "evaluate" else ("--config", out.parent / "tiny.yaml")
+    result = cli(command, "--data", data, *target, *args)
     assert isinstance(result.exception, MetatuneError), result.output
     assert fragment in str(result.exception)
 
@@ -92,18 +96,6 @@ def test_learning_curve_writes_every_point(tiny_run, tmp_path):
     assert [(p["workloads"], p["records"]) for p in points] == [(2, 200), (3, 200), (3, 20)]
     assert all(0.0 <= p["heldout_pairwise"] <= 1.0 for p in points)
     assert "| training workloads | records each |" in result.output
-
-
-@pytest.mark.parametrize("args, fragment", [
-    (("--fractions", "0,1"), "--fractions must lie in (0, 1]"),
-    (("--fractions", "half"), "--fractions: expected numbers"),
-    (("--records", "1"), "--records must be at least 2"),
-])
-def test_learning_curve_rejects_bad_options(tiny_run, args, fragment):
-    data, out = tiny_run
-    result = cli("learning-curve", "--data", data, "--config", out.parent / "tiny.yaml", *args)
-    assert isinstance(result.exception, MetatuneError), result.output
-    assert fragment in str(result.exception)
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG.parent.rglob("*.yaml")), ids=lambda p: p.stem)
