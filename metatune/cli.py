@@ -264,14 +264,11 @@ def learning_curve(
     out: Optional[Path] = typer.Option(None, help="JSON file for the points, rewritten after each one."),
 ) -> None:
     """Pretrain on growing subsets of the data and rank validation/held-out workloads zero-shot (k = 0)."""
-    from .commands import parse_ints, parse_list
+    from .commands import parse_floats, parse_ints
     from .learning_curve import run_learning_curve
 
-    try:
-        fraction_values = [float(f) for f in parse_list(fractions, "--fractions")]
-    except ValueError:
-        raise MetatuneError(f"--fractions: expected numbers such as 0.25,0.5,1, got {fractions!r}") from None
-    run_learning_curve(data, config, fraction_values, parse_ints(records, "--records", "50,100"),
+    run_learning_curve(data, config, parse_floats(fractions, "--fractions", "0.25,0.5,1"),
+                       parse_ints(records, "--records", "50,100"),
                        parse_ints(seeds, "--seeds", "0,1"), out, echo=typer.echo)
 
 

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from . import MetatuneError
-from .data.graphs import EncodedWorkload, FeatureStats, GraphBuilder, load_encoded, split_sets
+from .data.graphs import EncodedWorkload, GraphBuilder
 from .meta import pretrain, predict_all
 from .metrics import pairwise_accuracy
-from .model import CostModel, ModelConfig
+from .model import CostModel
 from .progress import progress_bar
-from .training import TrainConfig, _split_validation, load_config
+from .training import TrainConfig, load_config, load_splits, new_model
 
 
 @dataclass
@@ -52,17 +52,9 @@ def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, s
 def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload],
                 heldout: list[EncodedWorkload], seed: int,
                 on_epoch: Callable[[int, float, float], None] | None = None) -> CurvePoint:
-    from .encode.supergraph import Template
-
-    template = Template.load()
-    builder = GraphBuilder(template, config.mode, FeatureStats.fit(train))
-    pre_cfg = config.pretrain_config()
-    torch.manual_seed(seed)
-    positions = template.num_nodes if config.mode == "supergraph" else 0
-    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, rank_scores=pre_cfg.rank_loss,
-                                  **config.model.model_dump()))
+    model, builder = new_model(config, train, config.mode, seed)
     start = time.perf_counter()
-    pretrain(model, builder, train, valid, pre_cfg, seed, on_epoch=on_epoch)
+    pretrain(model, builder, train, valid, config.pretrain_config(), seed, on_epoch=on_epoch)
     return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
                       _median_pairwise(model, builder, valid), _median_pairwise(model, builder, heldout),
                       round(time.perf_counter() - start, 1))
@@ -75,13 +67,9 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
         raise MetatuneError(f"--fractions must lie in (0, 1], got {list(fractions)}")
     if any(r < 2 for r in records):
         raise MetatuneError(f"--records must be at least 2, got {list(records)}")
-    from .encode.supergraph import GraphEncoder
-
     config = load_config(config_path)
     torch.set_num_threads(config.threads)
-    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
-    train_all, heldout = split_sets(encoded)
-    train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
+    _, train, valid, heldout = load_splits(data_dir, config)
     if len(train) < 2 or not heldout:
         raise MetatuneError(f"{data_dir}: need >= 2 training and >= 1 held-out workloads")
     full = max(map(len, train))
@@ -98,12 +86,14 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
                     task, advance=1, status=f"{status}: epoch {e + 1}, valid loss {va:.3f}"))
                 bar.update(task, completed=(len(points) + 1) * epochs)  # early stopping skips epochs
                 points.append(point)
-                _report(point, echo, out, points)
+                _report(points, echo, out)
     echo(format_curve(points))
     return points
 
 
-def _report(point: CurvePoint, echo: Callable[[str], None], out: Path | None, points: list[CurvePoint]) -> None:
+def _report(points: list[CurvePoint], echo: Callable[[str], None], out: Path | None) -> None:
+    """The newest point on the console; all points to `out`."""
+    point = points[-1]
     echo(f"{point.workloads} workloads x {point.records} records (seed {point.seed}): pairwise train "
          f"{point.train_pairwise:.3f} valid {point.valid_pairwise:.3f} held-out {point.heldout_pairwise:.3f} "
          f"({point.seconds:.0f} s)")

@@ -103,6 +103,30 @@ def _split_validation(train: list[EncodedWorkload], fraction: float, seed: int):
     return [train[i] for i in order[n_valid:]], valid
 
 
+def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorkload], list[EncodedWorkload],
+                                                               list[EncodedWorkload], list[EncodedWorkload]]:
+    """All encoded workloads with enough records for a MAML task, then training, validation and held-out."""
+    from .encode.supergraph import GraphEncoder
+
+    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
+    train_all, heldout = split_sets(encoded)
+    train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
+    return encoded, train, valid, heldout
+
+
+def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed: int) -> tuple[CostModel, GraphBuilder]:
+    """An untrained cost model for `mode`, with its builder normalising features by `train`'s statistics."""
+    from .encode.supergraph import Template
+
+    template = Template.load()
+    builder = GraphBuilder(template, mode, FeatureStats.fit(train))
+    torch.manual_seed(seed)
+    positions = template.num_nodes if mode == "supergraph" else 0
+    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions,
+                                  rank_scores=config.pretrain_config().rank_loss, **config.model.model_dump()))
+    return model, builder
+
+
 class TrainedModel:
     """A trained cost model with everything needed to encode inputs for it."""
 
@@ -158,15 +182,8 @@ def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[
     """Pretrain then MAML; returns the meta-trained model and a copy of the pretrained one."""
     import copy
 
-    from .encode.supergraph import Template
-
-    template = Template.load()
-    builder = GraphBuilder(template, mode, FeatureStats.fit(train))
-    torch.manual_seed(config.seed)
-    positions = template.num_nodes if mode == "supergraph" else 0
+    model, builder = new_model(config, train, mode, config.seed)
     pre_cfg = config.pretrain_config()
-    model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions, rank_scores=pre_cfg.rank_loss,
-                                  **config.model.model_dump()))
     pre = pretrain(model, builder, train, valid, pre_cfg, config.seed,
                    on_epoch=lambda e, tr, va: echo(f"[{mode}] pretrain epoch {e}: train {tr:.3f} valid {va:.3f}"))
     pretrained = copy.deepcopy(model)
@@ -245,13 +262,10 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
         raise MetatuneError(f"{data_dir} is not a dataset (no card.json); build it with `metatune dataset build`")
     torch.set_num_threads(config.threads)
     start = time.perf_counter()
-    encoder = GraphEncoder()
-    encoded = load_encoded(data_dir, encoder, min_records=config.maml_config().k_support + 10)
-    train_all, heldout = split_sets(encoded)
-    if len(train_all) < 3 or not heldout:
+    encoded, train, valid, heldout = load_splits(data_dir, config)
+    if len(train) + len(valid) < 3 or not heldout:
         raise MetatuneError(f"{data_dir}: need >= 3 training and >= 1 held-out workloads with records, "
-                            f"have {len(train_all)} and {len(heldout)}")
-    train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
+                            f"have {len(train) + len(valid)} and {len(heldout)}")
     echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {time.perf_counter() - start:.0f} s")
     log = TrainLog()
     t0 = time.perf_counter()
@@ -267,7 +281,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
     card = {
         "name": config.name,
         "device": dataset_card["device"],
-        "template_version": encoder.version,
+        "template_version": GraphEncoder().version,
         "dataset": {"id": dataset_card["dataset_id"], "path": _portable(data_dir), "spec_hash": dataset_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},
@@ -313,8 +327,6 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
     when trained on most of the workload's own samples?): it is printed, and the run's card and
     eval.md keep the configured table.
     """
-    from .encode.supergraph import GraphEncoder
-
     card_path = run_dir / CARD_FILE
     if not card_path.exists():
         raise MetatuneError(f"{run_dir} is not a training run (no {CARD_FILE})")
@@ -329,8 +341,7 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
     plain = TrainedModel.load(run_dir / PLAIN_FILE) if (run_dir / PLAIN_FILE).exists() else None
     if methods is not None and "metatune-plain" not in methods:
         plain = None
-    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
-    _, heldout = split_sets(encoded)
+    _, _, _, heldout = load_splits(data_dir, config)
     result = run_evaluation(config, data_dir, heldout, main, pretrained, plain, echo)
     if side_study:
         echo(format_table(result))

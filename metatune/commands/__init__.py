@@ -13,7 +13,15 @@ def parse_list(text: str, what: str) -> list[str]:
 
 
 def parse_ints(text: str, what: str, example: str) -> list[int]:
+    return _parse_numbers(text, what, example, int)
+
+
+def parse_floats(text: str, what: str, example: str) -> list[float]:
+    return _parse_numbers(text, what, example, float)
+
+
+def _parse_numbers(text: str, what: str, example: str, kind: type) -> list:
     try:
-        return [int(b) for b in parse_list(text, what)]
+        return [kind(b) for b in parse_list(text, what)]
     except ValueError:
         raise MetatuneError(f"{what}: expected numbers such as {example}, got {text!r}") from None
