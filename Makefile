@@ -3,15 +3,17 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+INSTALL_LOG := $(VENV)/install.log
 
 .PHONY: setup demo test test-all train-zoo bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (metatune needs Python 3.11)"; exit 2; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing metatune and its pinned dependencies into $(VENV) (log: $(INSTALL_LOG))"
+	@{ $(BIN)/pip install --upgrade pip && $(BIN)/pip install -e '.[test]'; } >$(INSTALL_LOG) 2>&1 \
+		|| { tail -n 40 $(INSTALL_LOG); echo "error: pip install failed; full log: $(INSTALL_LOG)"; exit 1; }
+	@touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install metatune with pinned dependencies
 

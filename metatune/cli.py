@@ -33,6 +33,12 @@ RUNNER_HELP = (
 )
 
 
+TARGET_HELP = (
+    "TVM target to compile for: JSON ('{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}'), a tag ('nvidia/nvidia-h100') or "
+    "the string form ('llvm -mcpu=znver3 -num-cores=2'). Default: this machine's (`metatune device`)."
+)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"metatune {__version__}")
@@ -89,11 +95,14 @@ def workloads_list(as_json: bool = typer.Option(False, "--json", help="Print JSO
 
 
 @app.command()
-def device(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Show this machine's device fingerprint (CPU, ISA flags, TVM target, device id)."""
-    from .device import local_fingerprint
+def device(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+) -> None:
+    """Show the device fingerprint (CPU class, ISA flags, TVM target, device id) of this machine or a target."""
+    from .device import fingerprint_for_target
 
-    fp = local_fingerprint()
+    fp = fingerprint_for_target(target)
     if as_json:
         _write_json(fp.to_json(), None)
         return
@@ -110,11 +119,12 @@ def measure(
     verify: bool = typer.Option(True, help="Check each build against the NumPy reference before timing it."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
 ) -> None:
     """Measure random schedules of one workload and report throughput and failures."""
     from .commands.measure import run_measure
 
-    run_measure(workload, random, seed, batch, verify, json_out, runner)
+    run_measure(workload, random, seed, batch, verify, json_out, runner, target)
 
 
 @dataset_app.command("build")
@@ -125,6 +135,7 @@ def dataset_build(
     workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
     batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
     verify: bool = typer.Option(True, help="Check each build against NumPy before timing it."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
 ) -> None:
     """Sample workloads from a spec and measure random configurations into a TVM JSON database.
 
@@ -133,7 +144,7 @@ def dataset_build(
     """
     from .commands.dataset import run_build
 
-    run_build(spec, out, runner, workers, batch, verify)
+    run_build(spec, out, runner, workers, batch, verify, target)
 
 
 @dataset_app.command("info")
@@ -194,11 +205,12 @@ def encode(
     seed: int = typer.Option(0, help="Seed for sampling configurations."),
     show: bool = typer.Option(False, "--show", help="Print each graph: slots with roles and loop features."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP + " Any target works: nothing is run."),
 ) -> None:
     """Encode random schedules of one workload as super-graph program graphs."""
     from .commands.encode import run_encode
 
-    run_encode(workload, random, seed, show, json_out)
+    run_encode(workload, random, seed, show, json_out, target)
 
 
 @app.command()
@@ -212,15 +224,20 @@ def tune(
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     seed: int = typer.Option(0, help="Random seed."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
                                             "for --model: per-task results, model and PyTorch latency)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print MetaSchedule's logs (its task table after "
+                                 "every batch) and Python warnings on the console; by default they go only to "
+                                 "DB/logs."),
 ) -> None:
     """Tune one operator (checked against NumPy) or a whole model (checked and timed against PyTorch eager)."""
     from .commands.tune import run_tune
 
-    run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out)
+    run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
+             target=target, verbose=verbose)
 
 
 @app.command()
@@ -285,6 +302,7 @@ def bench(
     out: Path = typer.Option(Path("runs/bench"), help="Output directory; re-running with it resumes."),
     checkpoint: str = typer.Option("auto", help="Checkpoint for the metatune strategy ('auto' = zoo)."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
@@ -294,10 +312,10 @@ def bench(
 
     if model is not None:
         run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner, trials_per_iter,
-                                report_only)
+                                report_only, target)
         return
     run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter, references,
-                      report_only)
+                      report_only, target)
 
 
 zoo_app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",

@@ -26,8 +26,10 @@ class PlainProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for task_id in self.tasks:
-            self._print(task_id)
+        """Print each task's final state, unless its last line already showed it."""
+        for task_id, t in self.tasks.items():
+            if t.get("shown") != (t["completed"], t.get("status")):
+                self._print(task_id)
 
     def add_task(self, description: str, total: float, completed: float = 0, **fields: Any) -> int:
         task_id = len(self.tasks)
@@ -45,6 +47,7 @@ class PlainProgress:
     def _print(self, task_id: int) -> None:
         t = self.tasks[task_id]
         t["last"] = time.monotonic()
+        t["shown"] = (t["completed"], t.get("status"))
         elapsed = t["last"] - t["start"]
         rate = (t["completed"] - t["start_completed"]) / elapsed if elapsed > 0 else 0.0
         eta = (t["total"] - t["completed"]) / rate if rate > 0 else float("nan")

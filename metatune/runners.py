@@ -46,12 +46,6 @@ _LOST_MARKERS = (
     "Cannot request", "Socket closed", "connection closed",
 )
 # LLVM feature names that differ from the /proc/cpuinfo flag names device.py uses.
-_LLVM_TO_CPUINFO = {
-    "sse4.2": "sse4_2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
-    "avx512fp16": "avx512_fp16", "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8",
-}
-
-
 class RunnerSpecError(MetatuneError):
     """A `--runner` value that cannot be used."""
 
@@ -226,14 +220,14 @@ def remote_fingerprint(sess: "RPCSession") -> tuple["DeviceFingerprint | None", 
 def _fingerprint_from_llvm(sess: "RPCSession") -> "DeviceFingerprint":
     import tvm
 
-    from .device import fingerprint_from_flags
+    from .device import LLVM_TO_CPUINFO, fingerprint_from_flags
 
     get = sess.get_function
     # The feature map is a remote object: serialise it there, rebuild it here.
     graph = str(get("ffi.ToJSONGraphString")(get("tvm.codegen.llvm.GetHostCPUFeatures")(), None))
     features = {str(k) for k, v in tvm.get_global_func("ffi.FromJSONGraphString")(graph).items() if bool(v)}
     arch = str(get("tvm.codegen.llvm.GetProcessTriple")()).split("-")[0]
-    flags = {_LLVM_TO_CPUINFO.get(f, f) for f in features}
+    flags = {LLVM_TO_CPUINFO.get(f, f) for f in features}
     if arch == "aarch64" and "neon" in features:
         flags.add("asimd")
     vendor = "unknown"
@@ -295,14 +289,25 @@ def agreed_fingerprint(spec: RpcSpec, count: int) -> "DeviceFingerprint":
 # -- the runner ----------------------------------------------------------------------------------
 
 
-def make_runner(spec: str, settings: "MeasureSettings") -> tuple[Any, "DeviceFingerprint"]:
-    """The runner for `spec` (None means the Measurer's local runner) and its device's fingerprint."""
-    from .device import local_fingerprint
+def make_runner(spec: str, settings: "MeasureSettings", target: str | None = None) -> tuple[Any, "DeviceFingerprint"]:
+    """The runner for `spec` (None means the Measurer's local runner) and its device's fingerprint.
+
+    `target` (a `--target` text) compiles for that target instead of the device's own; measuring
+    locally on a target this machine cannot run is refused here, before anything is built."""
+    from .device import fingerprint_for_target, require_runnable
 
     if spec == "local":
-        return None, local_fingerprint()
+        device = fingerprint_for_target(target)
+        require_runnable(device)
+        return None, device
     if spec.startswith("rpc:"):
-        return make_rpc_runner(parse_rpc_url(spec), settings)
+        runner, device = make_rpc_runner(parse_rpc_url(spec), settings)
+        if target is not None:
+            remote = device
+            device = fingerprint_for_target(target, host=remote)
+            if device.arch == remote.arch:  # a GPU target's presence is the servers' to report
+                require_runnable(device, host=remote)
+        return runner, device
     raise RunnerSpecError(f"unknown runner {spec!r}: expected 'local' or {RPC_URL_FORM}")
 
 

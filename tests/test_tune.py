@@ -140,3 +140,37 @@ def test_meta_schedule_loggers_survive_unnamed_handlers(tmp_path):
         tvm_logger.removeHandler(unnamed)
     assert unnamed not in tvm_logger.handlers
     assert (tmp_path / "logs").is_dir()
+
+
+TASK_TABLE = "| Weighted Latency (us) |"  # the header of MetaSchedule's task table
+
+
+def test_tune_keeps_meta_schedule_logs_off_the_console_unless_verbose(tmp_path):
+    """MetaSchedule prints its task table after every batch: by default it goes only to the log
+    folder the command names once; -v prints it on the console too."""
+    db = tmp_path / "db"
+    quiet = tune("--workload", SMALL, "--trials", "4", "--strategy", "random", "--db", str(db))
+    assert quiet.returncode == 0, quiet.stderr
+    console = quiet.stdout + quiet.stderr
+    assert TASK_TABLE not in console and "[INFO]" not in console, console
+    named = [line.split()[1] for line in console.splitlines() if line.startswith("logs: ")]
+    assert named == [str(db / "logs")], console
+    table_log = db / "logs" / "tvm.s_tir.meta_schedule.logging.task_scheduler.log"
+    assert TASK_TABLE in table_log.read_text()
+    verbose = tune("--workload", SMALL, "--trials", "8", "--strategy", "random", "--db", str(db), "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert TASK_TABLE in verbose.stdout + verbose.stderr
+    assert table_log.read_text().count("Logging directory") == 2, "the verbose run logs to the file as well"
+
+
+def test_warnings_to_file_keeps_warnings_off_stderr(tmp_path, capsys):
+    import warnings
+
+    from metatune.tune.logs import warnings_to_file
+
+    path = tmp_path / "logs" / "python-warnings.log"
+    with warnings_to_file(path):
+        warnings.simplefilter("always")
+        warnings.warn("an old API", DeprecationWarning)
+    assert "DeprecationWarning: an old API" in path.read_text()
+    assert "an old API" not in capsys.readouterr().err

@@ -16,7 +16,7 @@ from .runner import BenchProgress, _write_json, read_result
 
 def run_model_bench(model: str, trials_total: int, strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
-                    progress: BenchProgress | None = None) -> None:
+                    progress: BenchProgress | None = None, target: str | None = None) -> None:
     """Each (strategy, repeat) tunes the model to `trials_total` trials; finished runs are skipped."""
     from ..tune.model_tuner import check_request, tune_model
 
@@ -37,7 +37,8 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
             progress.set(base + min(n, total), f"{model} [{strategy}] {status}")
 
         result = tune_model(model, trials_total, strategy, path.with_suffix(""), checkpoint=checkpoint,
-                            runner=runner, trials_per_iter=trials_per_iter, seed=repeat, report=report).to_json()
+                            runner=runner, trials_per_iter=trials_per_iter, seed=repeat, report=report,
+                            target=target).to_json()
         result["repeat"] = repeat
         _write_json(path, result)
         offset += trials_total

@@ -40,6 +40,7 @@ class BenchConfig:
     runner: str = "local"
     trials_per_iter: int = 16
     references: bool = True
+    target: str | None = None  # a --target text; None: this machine
 
     def __post_init__(self) -> None:
         if not self.budgets or any(b < 1 for b in self.budgets):
@@ -140,7 +141,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         result = tune_workload(bench_workload.workload, config.max_trials, key.strategy, key.db_dir(config.out),
                                checkpoint=config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
-                               transfer=transfer).to_json()
+                               transfer=transfer, target=config.target).to_json()
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         result = merge_segments(earlier_results[key], result)

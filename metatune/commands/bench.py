@@ -11,7 +11,8 @@ from . import parse_ints, parse_list
 
 
 def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,
-                            checkpoint: str, runner: str, trials_per_iter: int, report_only: bool) -> None:
+                            checkpoint: str, runner: str, trials_per_iter: int, report_only: bool,
+                            target: str | None = None) -> None:
     from ..bench.model_bench import model_table, run_model_bench
     from ..bench.runner import BenchProgress
     from ..progress import progress_bar
@@ -23,7 +24,8 @@ def run_model_bench_command(model: str, trials_total: int, strategies: str, repe
             task = bar.add_task(f"bench {model}", total=total, status="")
             progress = BenchProgress(total=total)
             progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
-            run_model_bench(model, trials_total, names, repeats, out, checkpoint, runner, trials_per_iter, progress)
+            run_model_bench(model, trials_total, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
+                            target)
     table = model_table(out)
     if not table:
         raise MetatuneError(f"{out} holds no model bench results yet")
@@ -32,7 +34,8 @@ def run_model_bench_command(model: str, trials_total: int, strategies: str, repe
 
 
 def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
-                      runner: str, trials_per_iter: int, references: bool, report_only: bool) -> None:
+                      runner: str, trials_per_iter: int, references: bool, report_only: bool,
+                      target: str | None = None) -> None:
     from ..bench.report import write_report
     from ..bench.runner import BenchConfig, BenchProgress, run_bench
     from ..progress import progress_bar
@@ -40,7 +43,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
                          strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
-                         trials_per_iter=trials_per_iter, references=references)
+                         trials_per_iter=trials_per_iter, references=references, target=target)
     if not report_only:
         from ..bench.suites import load_suite
 

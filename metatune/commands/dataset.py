@@ -11,7 +11,8 @@ from .. import MetatuneError
 from ..data.card import read_card
 
 
-def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batch: int, verify: bool) -> None:
+def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batch: int, verify: bool,
+              target: str | None = None) -> None:
     from ..data.spec import load_spec
 
     spec = load_spec(spec_path)  # every spec error surfaces here, before anything is measured
@@ -21,7 +22,7 @@ def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batc
     from ..runners import make_runner
 
     settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
-    runner_obj, fingerprint = make_runner(runner, settings)
+    runner_obj, fingerprint = make_runner(runner, settings, target)
     measurer = Measurer(fingerprint.tvm_target(), settings, runner=runner_obj)
     card = DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
     typer.echo(summarize(card))

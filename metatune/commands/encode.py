@@ -12,13 +12,14 @@ import typer
 from ..workloads import resolve_workload
 
 
-def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[Path]) -> list[dict[str, Any]]:
+def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[Path],
+               target: Optional[str] = None) -> list[dict[str, Any]]:
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
-    from ..device import local_fingerprint
+    from ..device import fingerprint_for_target
     from ..encode.supergraph import NODE_WIDTH, GraphEncoder, describe
     from ..space import DesignSpaces, SearchSpace
 
-    space = SearchSpace(DesignSpaces(workload, local_fingerprint().tvm_target()))
+    space = SearchSpace(DesignSpaces(workload, fingerprint_for_target(target).tvm_target()))
     candidates = space.sample_candidates(count, seed=seed)
     encoder = GraphEncoder()
     rows: list[dict[str, Any]] = []

@@ -15,14 +15,15 @@ from ..workloads import resolve_workload
 
 
 def run_measure(
-    text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path], runner: str = "local"
+    text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path], runner: str = "local",
+    target_text: Optional[str] = None,
 ) -> None:
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
     from ..runners import make_runner
     from ..space import DesignSpaces
 
     settings = MeasureSettings(verify=verify)
-    runner_obj, fingerprint = make_runner(runner, settings)  # a remote device is asked, not assumed
+    runner_obj, fingerprint = make_runner(runner, settings, target_text)  # a remote device is asked, not assumed
     target = fingerprint.tvm_target()
     spaces = DesignSpaces(workload, target)
     candidates = spaces.random_candidates(count, seed=seed)

@@ -2,36 +2,59 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import ContextManager, Optional
 
 import typer
 
 from .. import MetatuneError
 from ..progress import progress_bar
+from ..tune.logs import WARNINGS_FILE, log_dir, warnings_to_file
 from ..workloads import resolve_workload
 
 
+def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
+    """A run folder named by strategy, workload (or model) and target, the same in every process,
+    so that re-running a command without --db resumes it."""
+    key = hashlib.sha256(f"{what}|{target or 'host'}".encode()).hexdigest()[:10]
+    return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{key}"
+
+
+def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
+    """Unless verbose, say once where MetaSchedule's logs go and keep Python's warnings there too,
+    so that the console shows only the progress line and the result."""
+    if verbose:
+        return nullcontext()
+    logs = log_dir(db_dir)
+    typer.echo(f"logs: {logs} (MetaSchedule's task tables, Python warnings; -v prints them here)", err=True)
+    return warnings_to_file(logs / WARNINGS_FILE)
+
+
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
-             db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path]) -> None:
+             db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
+             target: Optional[str] = None, verbose: bool = False) -> None:
     if (workload_text is None) == (model is None):
         raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
     if model is not None:
-        run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out)
+        run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
+                       verbose)
         return
     workload = resolve_workload(workload_text)
     from ..tune.tuner import tune_workload
 
-    db_dir = db or Path("runs") / "tune" / f"{strategy}-{workload.family}-{abs(hash(str(workload))) % 10**8}"
-    with progress_bar() as bar:
+    db_dir = db or default_db_dir(strategy, str(workload), target)
+    with quiet_console(db_dir, verbose), progress_bar() as bar:
         task = bar.add_task(f"tune {workload.family} [{strategy}]", total=trials, status="")
 
         def report(done: int, total: int, best_gflops: float) -> None:
             bar.update(task, completed=done, status=f"best {best_gflops:.1f} GFLOPS")
 
         result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
-                               trials_per_iter=trials_per_iter, seed=seed, report=report)
+                               trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
+                               verbose=verbose)
         bar.update(task, completed=result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
@@ -45,20 +68,22 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
 
 
 def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
-                   trials_per_iter: int, seed: int, json_out: Optional[Path]) -> None:
+                   trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
+                   verbose: bool = False) -> None:
     """`--model NAME`: every task of the network shares the `--trials` budget."""
     from ..tune.model_tuner import check_request, tune_model
 
     check_request(model, strategy)
-    db_dir = db or Path("runs") / "tune" / f"{strategy}-model-{model}"
-    with progress_bar() as bar:
+    db_dir = db or default_db_dir(strategy, f"model-{model}", target)
+    with quiet_console(db_dir, verbose), progress_bar() as bar:
         task = bar.add_task(f"tune {model} [{strategy}]", total=trials, status="")
 
         def report(done: int, total: int, status: str) -> None:
             bar.update(task, completed=done, status=status)
 
         result = tune_model(model, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
-                            trials_per_iter=trials_per_iter, seed=seed, report=report)
+                            trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
+                            verbose=verbose)
         bar.update(task, completed=result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

@@ -62,6 +62,7 @@ class Block:
     tiled: bool  # carries MetaSchedule's multi-level-tiling annotation: the main compute
     write: Access | None
     reads: list[Access]
+    iter_loops: tuple[frozenset[int], ...] = ()  # per iteration variable: handles of the loop vars it is bound to
 
     @property
     def is_reduction(self) -> bool:
@@ -258,11 +259,13 @@ class _Walker:
         env: dict[int, Rep] = {}
         names: list[str] = []
         reduce: list[bool] = []
+        bound: list[frozenset[int]] = []
         for iv, value in zip(iter_vars, realize.iter_values):
             var = iv.var
-            env[var.__chandle__()] = evaluate(value, {})
+            env[var.__chandle__()] = rep = evaluate(value, {})
             names.append(var.name)
             reduce.append(int(iv.iter_type) != 0)
+            bound.append(frozenset(h for h, c in rep[1].items() if c))
         writes = [self.access(region, env) for region in blk.writes]
         reads = [self.access(region, env) for region in blk.reads]
         name = blk.name_hint
@@ -271,7 +274,7 @@ class _Walker:
         index = len(self.blocks)
         self.blocks.append(
             Block(index, name, family, is_init, tuple(self.chain), tuple(names), tuple(reduce),
-                  blk.annotations.get(TILING_ANN) is not None, writes[0] if writes else None, reads)
+                  blk.annotations.get(TILING_ANN) is not None, writes[0] if writes else None, reads, tuple(bound))
         )
         for loop in self.chain:
             self.loops[loop].blocks.append(index)

@@ -14,7 +14,7 @@ belongs to and the role of the loop in that block:
     main/R0.1        reduction axis 0 (innermost), tile level 1
     main.write/a1    the main block's cache-write stage, its axis 1
     pad/i2           the padding stage (pad_temp, data_pad, PaddedInput), axis i2
-    G/j.0            other stages keep their block and axis names
+    G/j.0            other stages keep their block and axis names (Relax's `lv88_red` is `lv_red`)
 
 Roles come from MetaSchedule's naming: `split` names loops `<axis>_<level>`, `fuse` names
 them `<a>_<b>_fused` (a fused loop takes the slot of its innermost constituent; the other
@@ -25,6 +25,18 @@ role, init chains hanging below the last loop before the first reduction loop), 
 augmented graph has the same nodes and edges; `edge_mask` says which template edges are
 real nesting edges of the program. Where a stage is attached (compute location) shows in
 its loops' top-down products rather than in the edges.
+
+A loop named `ax<i>` is ambiguous (compute-at names loops after the axis position, Relax and
+rfactor name variables `ax<k>` at other positions): when it drives exactly one iteration
+variable of its block, the block's binding decides its axis.
+
+The template is probed from TEMPLATE_WORKLOADS and every task of TEMPLATE_MODELS on every CPU
+target class (target.CPU_TARGET_CLASSES: design spaces differ with vector width and ISA), so a
+model trained on one machine encodes programs for any of them. Another device kind adds its
+target classes to the probe and, where its stages are new, a role to `block_family_role` (GPU
+cache-read/write stages `X_shared`/`X_local`; thread-bound loops already parse as split/fused
+loops, their binding needs a loop-kind feature beside serial/parallel/vectorized/unrolled), then
+rebuilds: one template version for all.
 
 The template is a reviewed, versioned definition (template_data.py, a Python module so that
 it ships with the package like any source file); its version is a hash of its definition. A program with a loop that has no slot raises `TemplateMismatch`
@@ -51,7 +63,7 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
-    from ..space import Candidate
+    from ..space import Candidate, SearchSpace
 
 TEMPLATE_FORMAT = 1
 TEMPLATE_PATH = Path(__file__).with_name("template_data.py")
@@ -79,6 +91,9 @@ TEMPLATE_WORKLOADS = (
     "conv2d_bias_add_relu:n=1,c=8,h=14,w=14,k=8,r=3,s=3,stride=1,pad=1",
     "dense_bias:m=16,n=32,k=24",
 )
+# Networks whose Relax tasks (pooling, mean, reshape, rfactored classifiers, ...) are probed too,
+# so that `tune --model` can use metatune's model on every one of their tasks.
+TEMPLATE_MODELS = ("resnet18", "tinycnn")
 
 NODE_TYPES = ("root", "for", "interval")
 NODE_FEATURES: tuple[str, ...] = tuple(f"is_{t}" for t in NODE_TYPES) + FEATURE_NAMES
@@ -87,6 +102,17 @@ NODE_WIDTH = len(NODE_FEATURES)
 # Block roles shared across families.
 _PAD_BLOCKS = {"pad_temp", "data_pad", "PaddedInput"}
 _EPILOGUE = re.compile(r"^(compute(_\d+)?|T_relu|T_add)$")
+# Relax names some blocks after the variable they compute (`lv88_red`): the number is not a role.
+_RELAX_VAR = re.compile(r"^lv\d+(?=_)")
+
+
+def block_family_role(family: str) -> str:
+    """The role of a block family that is not the main block or its cache-write stage."""
+    if family in _PAD_BLOCKS:
+        return "pad"
+    if _EPILOGUE.match(family):
+        return "epilogue"
+    return _RELAX_VAR.sub("lv", family)
 
 
 class TemplateMismatch(MetatuneError):
@@ -149,12 +175,8 @@ def block_roles(program: LoopProgram) -> dict[str, str]:
             role = "main"
         elif main is not None and fam == f"{main}_global":
             role = "main.write"
-        elif fam in _PAD_BLOCKS:
-            role = "pad"
-        elif _EPILOGUE.match(fam):
-            role = "epilogue"
         else:
-            role = fam
+            role = block_family_role(fam)
         roles[fam] = role
     seen: dict[str, str] = {}
     for fam, role in roles.items():
@@ -177,9 +199,30 @@ def _vocabulary(block: Block, main: bool) -> _Vocabulary:
     roles: dict[str, str] = {}
     for i, (name, role) in enumerate(zip(block.iter_names, axis_roles(block, main))):
         # te names a loop `x` and its block variable `v_x`; rfactor names the variable `vx`.
-        roles[name[2:] if name.startswith("v_") else name[1:] if name.startswith("v") else name] = role
+        roles[_var_key(name)] = role
         roles[f"ax{i}"] = role
     return _Vocabulary(roles, tuple(sorted(roles, key=len, reverse=True)))
+
+
+def _var_key(name: str) -> str:
+    return name[2:] if name.startswith("v_") else name[1:] if name.startswith("v") else name
+
+
+_AX_LOOP = re.compile(r"^ax\d+((_\d+)*)(_init)?$")
+
+
+def _bound_role(loop: Any, block: Block, main: bool) -> tuple[bool, str, tuple[int, ...]] | None:
+    """The role of an `ax<i>` loop read from the block's bindings when it drives exactly one
+    iteration variable. Needed because `ax<i>` is ambiguous: compute-at names loops after the
+    axis position, while Relax and rfactor also name variables `ax<k>` at other positions."""
+    match = _AX_LOOP.match(loop.name)
+    if match is None or not block.iter_loops:
+        return None
+    driven = [i for i, loops in enumerate(block.iter_loops) if loop.var in loops]
+    if len(driven) != 1:
+        return None
+    levels = tuple(int(x) for x in match.group(1).split("_") if x)
+    return match.group(3) is not None, axis_roles(block, main)[driven[0]], levels
 
 
 def parse_loop_name(name: str, vocab: _Vocabulary) -> tuple[bool, str, tuple[int, ...]] | None:
@@ -253,7 +296,8 @@ class _RoleCache:
             vocab = self.vocabularies.get(key)
             if vocab is None:
                 vocab = self.vocabularies[key] = _vocabulary(ref, role == "main")
-            parsed = parse_loop_name(loop.name, vocab)
+            own_axes = block.iter_names == ref.iter_names and block.iter_reduce == ref.iter_reduce
+            parsed = (_bound_role(loop, block, role == "main") if own_axes else None) or parse_loop_name(loop.name, vocab)
             if parsed is None:
                 out[loop.index] = (
                     f"loop {loop.name!r} of block {block.name!r} is not a MetaSchedule split/fuse/compute-at "
@@ -526,31 +570,66 @@ def template_from_observations(seen: dict[str, _RoleObservation], built_from: Se
     return Template(tuple(slots), tuple(parents), FEATURE_NAMES, tuple(built_from))
 
 
-def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6,
-                   seed: int = 0) -> list[LoopProgram]:
+def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_space: int) -> list[LoopProgram]:
     """Postprocessed programs of every design space: its own decisions, every stage at root,
     and a few random configurations."""
-    from ..device import local_fingerprint
+    programs: list[LoopProgram] = []
+    for ks in space.knob_spaces:
+        at_root = ks.default._replace(
+            decisions=tuple(-1 if k.conditional else d for k, d in zip(ks.knobs, ks.default.decisions))
+        )
+        cands = [ks.schedule(at_root), ks.schedule(ks.default)]
+        cands += [ks.sample(rng) for _ in range(samples_per_space)]
+        programs += [extract(c.sch.mod["main"]) for c in cands if c is not None]
+    return programs
+
+
+def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSpace"]]:
+    """(task name, knob spaces) of every task Relax extracts from a network for `target`."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..models import get_model
     from ..space import DesignSpaces, SearchSpace
+    from ..tune.relax_model import extract_tasks, import_model
+
+    out = []
+    for task in extract_tasks(import_model(get_model(model_name)).mod, target):
+        context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
+                                 task_name=task.task_name)
+        out.append((task.task_name, SearchSpace(DesignSpaces.from_context(context))))
+    return out
+
+
+def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6,
+                   seed: int = 0, targets: Sequence[dict[str, Any]] | None = None,
+                   models: Sequence[str] = TEMPLATE_MODELS) -> list[LoopProgram]:
+    """Programs of every workload's and every model task's design spaces on every CPU target class
+    (design spaces differ by vector width and ISA: AVX2 targets rfactor reductions that AVX-512
+    targets do not). Nothing is compiled to machine code, so every class is probed on any host."""
+    import tvm
+
+    from ..space import DesignSpaces, SearchSpace
+    from ..target import CPU_TARGET_CLASSES
+    from ..tvm_setup import import_tensor_intrinsics
     from ..workloads import Workload
 
-    target = local_fingerprint().tvm_target()
+    import_tensor_intrinsics()
     rng = np.random.default_rng(seed)
     programs: list[LoopProgram] = []
-    for text in workload_texts:
-        space = SearchSpace(DesignSpaces(Workload.parse(text), target))
-        for ks in space.knob_spaces:
-            at_root = ks.default._replace(
-                decisions=tuple(-1 if k.conditional else d for k, d in zip(ks.knobs, ks.default.decisions))
-            )
-            cands = [ks.schedule(at_root), ks.schedule(ks.default)]
-            cands += [ks.sample(rng) for _ in range(samples_per_space)]
-            programs += [extract(c.sch.mod["main"]) for c in cands if c is not None]
+    for config in targets if targets is not None else CPU_TARGET_CLASSES.values():
+        target = tvm.target.Target(config)
+        for text in workload_texts:
+            programs += _space_programs(SearchSpace(DesignSpaces(Workload.parse(text), target)), rng,
+                                        samples_per_space)
+        for model in models:
+            for _, space in model_task_spaces(model, target):
+                programs += _space_programs(space, rng, samples_per_space)
     return programs
 
 
 def build_template(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6) -> Template:
-    return template_from_observations(observe(probe_programs(workload_texts, samples_per_space)), workload_texts)
+    built_from = (*workload_texts, *(f"model:{m}" for m in TEMPLATE_MODELS))
+    return template_from_observations(observe(probe_programs(workload_texts, samples_per_space)), built_from)
 
 
 # ---------------------------------------------------------------------------------------------

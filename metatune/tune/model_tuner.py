@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import MetatuneError
 from ..models import get_model
 from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from .logs import set_meta_schedule_console
 from .tuner import (measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts,
                     warm_start)
 
@@ -64,6 +65,7 @@ class ModelTuneResult:
     max_rel_error: float | None = None
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
+    fallback_tasks: list[str] = field(default_factory=list)  # tasks metatune's cost model cannot encode
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +85,7 @@ def _best_us(latencies: list[float | None]) -> float | None:
     return round(min(ok) * 1e6, 3) if ok else None
 
 
-def _coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
+def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
     """Task name -> why metatune's cost model cannot encode it (None when it can)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -102,16 +104,15 @@ def _coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None
 
 
 def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db_dir: Path,
-              seed: int) -> list["TuneContext"]:
+              seed: int, verbose: bool) -> list["TuneContext"]:
     """One TuneContext per task, each with its own clone of its search strategy (as
-    `extracted_tasks_to_tune_contexts` does, but with a strategy per task)."""
+    `extracted_tasks_to_tune_contexts` does, but with a strategy per task). Their logs go to
+    `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    # MetaSchedule prints its task table to stdout after every batch; its console handler takes
-    # the level of this logger: keep the table in <db>/logs and the terminal for the progress bar.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    set_meta_schedule_console(verbose)
     detach_unnamed_meta_schedule_log_handlers()
     loggers = get_loggers_from_work_dir(str(db_dir), [t.task_name for t in tasks])
     return [
@@ -145,6 +146,8 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     if strategy != "metatune":
         return cost_model, searches, tuners, []
     encodable = {name for name, why in uncovered.items() if why is None}
+    if len(encodable) == len(tasks):
+        return cost_model, searches, tuners, []
     for i, task in enumerate(tasks):
         if task.task_name not in encodable:
             tuners[task.task_name], searches[i] = "xgb-fallback", "evolutionary"
@@ -175,20 +178,22 @@ def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tu
 
 def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
-               report: Callable[[int, int, str], None] | None = None) -> ModelTuneResult:
+               report: Callable[[int, int, str], None] | None = None, target: str | None = None,
+               verbose: bool = False) -> ModelTuneResult:
     """Tune all tasks of `model_name` until the database holds `trials` trials of them in total,
-    then compile the model with the best schedules, check it against PyTorch and time both."""
+    then compile the model with the best schedules, check it against PyTorch and time both.
+    MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     from .relax_model import extract_tasks, import_model
 
     start = time.perf_counter()
     spec = check_request(model_name, strategy)
-    setup = prepare(strategy, trials, checkpoint, runner)
-    target = setup.target
+    setup = prepare(strategy, trials, checkpoint, runner, target=target)
+    tvm_target = setup.target
     model = import_model(spec)
-    tasks = extract_tasks(model.mod, target)
-    uncovered = _coverage(tasks, target)
+    tasks = extract_tasks(model.mod, tvm_target)
+    uncovered = task_coverage(tasks, tvm_target)
     cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
     notes = setup.notes + notes
     db_dir.mkdir(parents=True, exist_ok=True)
@@ -199,7 +204,7 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         if done > 0:
-            cost_model = warm_start(cost_model, database, target, [(t.dispatched[0], t.task_name) for t in tasks])
+            cost_model = warm_start(cost_model, database, tvm_target, [(t.dispatched[0], t.task_name) for t in tasks])
         # The gradient scheduler first gives each task one batch in turn: small enough batches
         # let every task get a schedule within the budget.
         per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
@@ -211,7 +216,7 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
             status = _status(tasks)
             callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best))))
         with ms.Profiler() as profiler:
-            ms.tune_tasks(tasks=_contexts(tasks, target, searches, db_dir, seed),
+            ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
                           task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=remaining, num_trials_per_iter=per_iter,
                           builder=setup.measurer.builder, runner=setup.measurer.runner,
@@ -231,11 +236,12 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
     threads = setup.measurer.settings.num_threads
-    compile_s, error, model_ms, torch_ms = _compile_and_time(model, target, db_dir, threads)
+    compile_s, error, model_ms, torch_ms = _compile_and_time(model, tvm_target, db_dir, threads)
     return ModelTuneResult(
         model=model_name, strategy=strategy, trials=sum(r.trials for r in results), tasks=results,
         model_latency_ms=round(model_ms, 3), torch_latency_ms=round(torch_ms, 3), untuned=untuned, threads=threads,
         wall_s=round(time.perf_counter() - start, 2), tune_s=round(tune_s, 2),
         search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
         compile_s=round(compile_s, 2), verified=True, max_rel_error=error, checkpoint=setup.checkpoint, notes=notes,
+        fallback_tasks=[r.name for r in results if r.uncovered is not None],
     )

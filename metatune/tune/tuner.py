@@ -23,6 +23,7 @@ from .. import MetatuneError
 from ..measure import successful_run_seconds
 from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from ..workloads import Workload
+from .logs import set_meta_schedule_console
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 RECORD_FILE = "database_tuning_record.json"
@@ -147,7 +148,8 @@ class TuningSetup:
     transfer: Any = None  # xgb-transfer's pretrained XGBModel (a TransferredXGB)
 
 
-def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None) -> TuningSetup:
+def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None,
+            target: str | None = None) -> TuningSetup:
     """Validate the request, then set up measurement and the strategy's checkpoint or pretrained
     model. xgb-transfer trains its model from this device's dataset unless `transfer` is given
     (slow: pass one when tuning many workloads)."""
@@ -161,15 +163,15 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
 
     import_tensor_intrinsics()
     settings = MeasureSettings(verify=False)
-    runner_obj, fingerprint = make_runner(runner, settings)
-    target = fingerprint.tvm_target()
-    setup = TuningSetup(target, fingerprint, Measurer(target, settings, runner=runner_obj))
+    runner_obj, fingerprint = make_runner(runner, settings, target)
+    tvm_target = fingerprint.tvm_target()
+    setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
     if strategy in ("metatune", "gradient"):
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
     elif strategy == "xgb-transfer":
         from .transfer import TransferredXGB, default_dataset_dir
 
-        setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), target)
+        setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
     return setup
 
 
@@ -196,17 +198,18 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
 def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                   report: Callable[[int, int, float], None] | None = None,
-                  transfer: Any = None) -> TuneResult:
+                  transfer: Any = None, target: str | None = None, verbose: bool = False) -> TuneResult:
     """Tune `workload` until the database holds `trials` trials of it; verify and report the best.
-    `transfer`: see `prepare`."""
+    `transfer` and `target` (a `--target` text; None: this machine): see `prepare`. MetaSchedule's
+    logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..check import check_schedule
     from ..space import DesignSpaces
 
-    setup = prepare(strategy, trials, checkpoint, runner, transfer)
-    target, measurer = setup.target, setup.measurer
-    DesignSpaces(workload, target)  # raises a clear error when no design space covers it
+    setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
+    tvm_target, measurer = setup.target, setup.measurer
+    DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
     mod = workload.irmodule()
     db_dir.mkdir(parents=True, exist_ok=True)
     done = len(measured_latencies(db_dir, mod))
@@ -217,14 +220,15 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         if done > 0:
-            cost_model = warm_start(cost_model, database, target, [(mod, "main")])
+            cost_model = warm_start(cost_model, database, tvm_target, [(mod, "main")])
         callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
         if report is not None:
             callbacks.append(progress_callback(
                 trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0)))
         detach_unnamed_meta_schedule_log_handlers()
+        set_meta_schedule_console(verbose)
         with ms.Profiler() as profiler:
-            ms.tune_tir(mod, target, work_dir=str(db_dir), max_trials_global=remaining,
+            ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
                         runner=measurer.runner, database=database, cost_model=cost_model, strategy=search,
                         measure_callbacks=callbacks, seed=seed, num_tuning_cores=1)
@@ -249,8 +253,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         result.encode_s = round(getattr(cost_model, "encode_seconds", 0.0), 2)
     if result.best_latency_us is not None:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
-        sch = ms.tir_integration.compile_tir(database, mod, target)
-        result.max_rel_error = check_schedule(workload, sch, target)  # raises WrongResultError
+        sch = ms.tir_integration.compile_tir(database, mod, tvm_target)
+        result.max_rel_error = check_schedule(workload, sch, tvm_target)  # raises WrongResultError
         result.verified = True
     return result
 

@@ -9,23 +9,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..device import X86_ISA_CLASSES, DeviceFingerprint
+from ..device import AMD_CLASSES, X86_CLASS_ORDER, X86_ISA_CLASSES, DeviceFingerprint
 from . import index
 from .errors import NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
 from .index import TRAIN_HINT, ZooEntry, describe, read_index
 
-_X86_ORDER = [name for name, _ in X86_ISA_CLASSES]
+_X86_ORDER = list(X86_CLASS_ORDER)
+_INTEL_ORDER = [name for name, _ in X86_ISA_CLASSES]
+_AMD_FLAGS = dict(AMD_CLASSES)
 
 
 def fingerprint_from_id(device_id: str) -> DeviceFingerprint:
-    """A best-effort fingerprint from `<arch>-<isa_class>-<N>c` (flags implied by the ISA class)."""
+    """A best-effort fingerprint from `<arch>-<cpu class>-<N>c` (flags implied by the class)."""
     arch, _, rest = device_id.partition("-")
     isa_class, _, cores = rest.rpartition("-")
     if not arch or not isa_class or not re.fullmatch(r"[1-9][0-9]*c", cores):
-        raise ZooError(f"bad device id {device_id!r}: expected ARCH-ISA_CLASS-Nc, e.g. x86_64-haswell-4c")
-    flags: set[str] = set()
-    if isa_class in _X86_ORDER:
-        for _, needed in X86_ISA_CLASSES[_X86_ORDER.index(isa_class):]:
+        raise ZooError(f"bad device id {device_id!r}: expected ARCH-CPU_CLASS-Nc, e.g. x86_64-znver3-2c")
+    flags: set[str] = set(_AMD_FLAGS.get(isa_class, ()))
+    if isa_class in _INTEL_ORDER:
+        for _, needed in X86_ISA_CLASSES[_INTEL_ORDER.index(isa_class):]:
             flags.update(needed)
     return DeviceFingerprint(arch=arch, vendor="unknown", cpu_model="unknown", isa_class=isa_class,
                              flags=tuple(sorted(flags)), num_cores=int(cores[:-1]), llvm_host_cpu=isa_class)

@@ -1,0 +1,119 @@
+"""Every CPU target class: device ids, target parsing, and programs the super-graph template covers.
+
+Design spaces depend on the target (vector width, arm_cpu rules, rfactor of short reductions),
+so these tests generate them for each class in `CPU_TARGET_CLASSES`. Nothing is compiled to
+machine code, so they hold on any machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metatune.target import CPU_TARGET_CLASSES
+
+from .conftest import SMALL_SHAPES
+
+CLASSES = sorted(CPU_TARGET_CLASSES)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from metatune.encode.supergraph import GraphEncoder
+    from metatune.tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    return GraphEncoder()
+
+
+def _target(name: str):
+    import tvm
+
+    return tvm.target.Target(CPU_TARGET_CLASSES[name])
+
+
+@pytest.mark.parametrize("target_class", CLASSES)
+@pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
+def test_random_configurations_of_every_family_encode_on_every_target_class(family, target_class, encoder):
+    from metatune.space import DesignSpaces, SearchSpace
+    from metatune.workloads import Workload
+
+    space = SearchSpace(DesignSpaces(Workload.parse(SMALL_SHAPES[family]), _target(target_class)))
+    rng = np.random.default_rng(3)
+    encoded = 0
+    for ks in space.knob_spaces:
+        for _ in range(2):
+            cand = ks.sample(rng)
+            assert cand is not None, f"{family} on {target_class}, space {ks.index}: {dict(ks.rejected)}"
+            graph = encoder.augmented(cand, workload=family, knobs=space.embed(cand.config))
+            assert graph.num_nodes == encoder.template.num_nodes and int(graph.mask.sum()) > 1
+            encoded += 1
+    assert encoded == 2 * len(space)
+
+
+@pytest.mark.parametrize("target_class", CLASSES)
+@pytest.mark.parametrize("model", ["resnet18", "tinycnn"])
+def test_metatune_encodes_every_task_of_the_shipped_models_on_every_target_class(model, target_class):
+    """`tune --model` reports these as fallback_tasks: none may fall back to XGBModel."""
+    from metatune.models import get_model
+    from metatune.tune.model_tuner import task_coverage
+    from metatune.tune.relax_model import extract_tasks, import_model
+
+    target = _target(target_class)
+    tasks = extract_tasks(import_model(get_model(model)).mod, target)
+    uncovered = {name: why for name, why in task_coverage(tasks, target).items() if why is not None}
+    assert len(tasks) == {"resnet18": 19, "tinycnn": 4}[model] and uncovered == {}
+
+
+def test_device_ids_name_the_microarchitecture_and_tell_vendors_apart():
+    from metatune.device import classify_isa
+
+    spr = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16", "avx512_vnni"}
+    zen3 = {"avx", "avx2", "fma", "sse4_2", "vaes"}
+    assert classify_isa("x86_64", spr, "GenuineIntel") == "sapphirerapids"
+    assert classify_isa("x86_64", zen3, "AuthenticAMD", cpu_family=25, model=1) == "znver3"
+    assert classify_isa("x86_64", zen3 | {"avx512f", "avx512bw", "avx512vl"}, "AuthenticAMD", 25, 17) == "znver4"
+    assert classify_isa("x86_64", zen3, "AuthenticAMD", cpu_family=23, model=49) == "znver2"
+    assert classify_isa("x86_64", zen3, "AuthenticAMD", llvm_host_cpu="znver3") == "znver3"  # family unknown (RPC)
+    assert classify_isa("x86_64", {"avx2", "fma"}, "GenuineIntel") == "haswell"
+    assert classify_isa("x86_64", {"sse4_2"}, "GenuineIntel") == "x86-64"
+    assert classify_isa("aarch64", {"asimd"}, "ARM") == "generic"
+
+
+def test_this_machine_is_its_own_target_and_others_are_named_by_their_target():
+    from metatune.device import fingerprint_for_target, local_fingerprint
+
+    host = local_fingerprint()
+    assert fingerprint_for_target(None, host) == host
+    same = fingerprint_for_target(f"llvm -mcpu={host.target['mcpu']} -num-cores={host.num_cores}", host)
+    assert same.device_id == host.device_id
+    arm = fingerprint_for_target('{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}', host)
+    assert arm.device_id == "aarch64-generic-1c" and "neon" in arm.flags
+    n1 = fingerprint_for_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1 -num-cores=4", host)
+    assert n1.device_id == "aarch64-neoverse-n1-4c"
+
+
+def test_a_target_this_machine_cannot_run_is_a_one_line_error_with_exit_2():
+    import subprocess
+    import sys
+
+    def measure(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "metatune.cli", "measure", "dense:m=16,n=16,k=16", "--random",
+                               "1", "--target", target], capture_output=True, text=True, timeout=300)
+
+    for target, message in [("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", "cannot run its kernels"),
+                            ("nvidia/nvidia-h100", "has none"), ("llvm -mcpu=nosuchcpu", "not a CPU LLVM knows"),
+                            ("{bad json", "bad target JSON")]:
+        res = measure(target)
+        assert res.returncode == 2 and message in res.stderr, (target, res.stderr)
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) <= 2
+
+
+def test_target_strings_parse_in_every_form():
+    from metatune.target import parse_target, target_json
+
+    cli = parse_target("llvm -mcpu=znver3 -num-cores=2 -mattr=+avx2,+fma")
+    assert target_json(cli) == {"kind": "llvm", "mcpu": "znver3", "num-cores": 2, "mattr": ["+avx2", "+fma"]}
+    assert target_json(parse_target('{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'))["mcpu"] == "znver3"
+    assert parse_target("nvidia/nvidia-h100").kind.name == "cuda"
+    assert target_json(parse_target(target_json(cli))) == target_json(cli)  # round trip
