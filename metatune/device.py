@@ -64,7 +64,7 @@ class DeviceFingerprint:
     arch: str
     vendor: str
     cpu_model: str
-    isa_class: str
+    isa_class: str  # the CPU class the id names: an LLVM CPU name (sapphirerapids, znver3), "generic"
     flags: tuple[str, ...]
     num_cores: int
     llvm_host_cpu: str
@@ -162,7 +162,7 @@ def fingerprint_from_flags(
         vendor=vendor,
         cpu_model=cpu_model,
         isa_class=isa_class,
-        flags=tuple(sorted(f for f in CODEGEN_FLAGS if f in flags)),
+        flags=_codegen_flags(flags),
         num_cores=num_cores,
         llvm_host_cpu=llvm_host_cpu,
         target={"kind": "llvm", "mcpu": mcpu, "num-cores": num_cores},
@@ -227,13 +227,20 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
     cores = int(config.setdefault("num-cores", host.num_cores if arch == host.arch else 1))
     mcpu = str(config.get("mcpu", ""))
     if arch == host.arch and not missing_flags(flags, host):
-        same = not mcpu or mcpu == host.target.get("mcpu")
-        isa_class = host.isa_class if same else f"{host.isa_class}-as-{mcpu}"
-        return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model, isa_class=isa_class,
-                                 flags=host.flags, num_cores=cores, llvm_host_cpu=host.llvm_host_cpu, target=config)
+        if not mcpu or mcpu == host.target.get("mcpu"):
+            return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
+                                     isa_class=host.isa_class, flags=host.flags, num_cores=cores,
+                                     llvm_host_cpu=host.llvm_host_cpu, target=config)
+        # Compiled for another class, the programs use only that class's instructions.
+        return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
+                                 isa_class=f"{host.isa_class}-as-{mcpu}", flags=_codegen_flags(flags),
+                                 num_cores=cores, llvm_host_cpu=host.llvm_host_cpu, target=config)
     return DeviceFingerprint(arch=arch, vendor="unknown", cpu_model="unknown", isa_class=mcpu or "generic",
-                             flags=tuple(sorted(f for f in CODEGEN_FLAGS if f in flags)), num_cores=cores,
-                             llvm_host_cpu="", target=config)
+                             flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu="", target=config)
+
+
+def _codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(f for f in CODEGEN_FLAGS if f in set(flags)))
 
 
 def missing_flags(flags: Iterable[str], host: DeviceFingerprint) -> list[str]:

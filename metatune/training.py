@@ -23,13 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import MetatuneError, __version__
 from .data.graphs import EncodedWorkload, FeatureStats, GraphBuilder, load_encoded, split_sets
 from .evaluate import EvalConfig, EvalResult, evaluate, format_table, gcn_adapter, scratch_trainer, xgb_method
+from .fileio import CARD_FILE, WEIGHTS_FILE
 from .meta import MAMLConfig, PretrainConfig, TrainLog, meta_train, pretrain
 from .model import CostModel, ModelConfig
 
-WEIGHTS_FILE = "model.safetensors"
 PRETRAINED_FILE = "pretrained.safetensors"  # before MAML: the fine-tuning baseline
 PLAIN_FILE = "plain.safetensors"  # the ablation trained without the super-graph
-CARD_FILE = "card.json"
+CURVES_FILE = "curves.json"
 # "metatune-plain" is the super-graph ablation; a config asks for it with `ablation: true`
 EVAL_METHODS = ("metatune", "finetune", "scratch", "metatune-plain", "xgb", "xgb-transfer")
 
@@ -298,7 +298,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
     if plain is not None:
         plain.save(out / PLAIN_FILE, extra)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
-    (out / "curves.json").write_text(json.dumps(log.curves) + "\n")
+    (out / CURVES_FILE).write_text(json.dumps(log.curves) + "\n")
     _write_evaluation(out, result, log)
     echo(f"training took {train_wall / 60:.1f} min; wrote {out}")
     return card
@@ -348,7 +348,7 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
         return result
     card["metrics"], card["metrics_per_workload"] = result.metrics, result.per_workload
     card_path.write_text(json.dumps(card, indent=2) + "\n")
-    log = TrainLog(json.loads((run_dir / "curves.json").read_text()))
+    log = TrainLog(json.loads((run_dir / CURVES_FILE).read_text()))
     _write_evaluation(run_dir, result, log)
     return result
 

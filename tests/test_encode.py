@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
+from metatune.encode.layout import FIRST_FEATURE, NODE_WIDTH, interval_node, num_edges, template_edges, width
 from metatune.encode.loopgraph import extract
-from metatune.encode.supergraph import (
-    NODE_WIDTH, TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template, read_template_json,
-)
+from metatune.encode.supergraph import TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template
 from metatune.space import CATEGORICAL
 from metatune.workloads import FAMILIES
 
@@ -22,7 +21,6 @@ from .conftest import local_target as target
 from .conftest import small_search_space as search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
-COLUMN = {name: 3 + i for i, name in enumerate(FEATURE_NAMES)}  # columns of x after the node type
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,7 +120,7 @@ def _reference(i_t, j_t, k_t, unroll_step):
 
 
 def _interval_features(data, enc, slot):
-    return data.x[enc.template.interval_node(enc.template.slots.index(slot))].numpy()
+    return data.x[interval_node(enc.template.slots.index(slot), enc.template.num_slots)].numpy()
 
 
 def test_dense_features_match_an_independent_reference():
@@ -137,7 +135,7 @@ def test_dense_features_match_an_independent_reference():
         for slot, feats in expected.items():
             got = _interval_features(data, enc, slot)
             want = np.array([1 if n == "is_interval" else 0 for n in ("is_root", "is_for", "is_interval")]
-                            + [feats[n] for n in FEATURE_NAMES], dtype=np.float32)
+                            + [feats[n] for n in FEATURE_NAMES] + [1], dtype=np.float32)  # present
             np.testing.assert_allclose(got, want, atol=1e-5, err_msg=slot)
 
 
@@ -152,7 +150,8 @@ def test_changing_one_tile_changes_exactly_the_dependent_features():
     want = {(slot, name) for slot in ra for name in FEATURE_NAMES if not math.isclose(ra[slot][name], rb[slot][name])}
     rows, cols = np.nonzero(~np.isclose(xa, xb))
     tpl = enc.template
-    got = {(tpl.slots[r - 1 - tpl.num_slots], FEATURE_NAMES[c - 3]) for r, c in zip(rows, cols)}
+    first_interval = interval_node(0, tpl.num_slots)
+    got = {(tpl.slots[r - first_interval], FEATURE_NAMES[c - FIRST_FEATURE]) for r, c in zip(rows, cols)}
     assert got == want
     lengths = {slot for slot, name in got if name == "length"}
     assert lengths == {"main/S1.2", "main/S1.3", "main.init/S1.2", "main.init/S1.3"}
@@ -199,20 +198,22 @@ def test_supergraph_gives_every_family_the_same_structure():
             mask = data.mask.numpy()
             assert mask.sum() == 1 + 2 * loops
             assert not data.x.numpy()[~mask].any()  # null slots are all zero
-            assert data.edge_mask.numpy()[tpl.num_slots:].sum() == loops
+            down, up = np.split(data.edge_mask.numpy(), 2)  # every edge is also there reversed
+            assert np.array_equal(down, up) and down[tpl.num_slots :].sum() == loops
             assert data.template_version == tpl.version and data.workload == str(space.spaces.workload)
             assert data.knobs.shape == (1, space.embedding_dim)
             masks.add(mask.tobytes())
             plain = enc.plain(cand, enc=analysed)
-            assert plain.num_nodes == 1 + 2 * loops and plain.edge_index.shape == (2, 2 * loops)
+            assert plain.num_nodes == 1 + 2 * loops and plain.edge_index.shape == (2, num_edges(loops))
             assert np.array_equal(np.sort(plain.x.numpy(), axis=0), np.sort(data.x.numpy()[mask], axis=0))
     assert len(masks) > 9  # families and design spaces really differ
 
 
 def test_template_edges_form_a_tree_rooted_at_the_root():
     tpl = encoder().template
-    dst = encoder()._edge_index[1]
-    assert sorted(dst.tolist()) == list(range(1, tpl.num_nodes))  # every node but the root has one parent
+    down, up = template_edges(tpl.parents).chunk(2, dim=1)
+    assert sorted(down[1].tolist()) == list(range(1, tpl.num_nodes))  # every node but the root has one parent
+    assert up.equal(down.flip(0))  # and messages flow back up
     assert len(set(tpl.slots)) == tpl.num_slots
     assert all(p < i for i, p in enumerate(tpl.parents))
 
@@ -228,6 +229,32 @@ def test_graphs_batch_with_torch_geometric():
     assert batch.x.shape == (4 * enc.template.num_nodes, NODE_WIDTH)
     assert batch.knobs.shape == (4, space.embedding_dim)
     assert batch.template_version == [enc.version] * 4
+
+
+def test_encoder_graphs_are_the_tensors_training_feeds_the_model():
+    """What `metatune encode` shows is what the cost model is trained on: GraphBuilder's x, edges
+    and mask for the same programs (without feature standardisation), in both modes."""
+    import torch
+    from torch_geometric.data import Batch
+
+    from metatune.data.graphs import GraphBuilder, encode_programs
+
+    enc = encoder()
+    builders = {"supergraph": GraphBuilder(enc.template, "supergraph"), "plain": GraphBuilder(enc.template, "plain")}
+    for family in sorted(SMALL):
+        cands = search_space(family).sample_candidates(2, seed=5)
+        programs = encode_programs(enc, cands, family, family, "train", [0.0] * len(cands))
+        graphs = {"supergraph": [enc.augmented(c) for c in cands], "plain": [enc.plain(c) for c in cands]}
+        for mode, builder in builders.items():
+            for i, graph in enumerate(graphs[mode]):
+                batch = builder.batch(programs, [i])
+                assert torch.equal(graph.x, batch.x[0]), (family, mode)
+                assert torch.equal(graph.edge_index, batch.edge_index), (family, mode)
+                assert torch.equal(graph.mask, batch.mask[0]), (family, mode)
+        # torch_geometric batches super-graphs as the batcher does
+        together = Batch.from_data_list(graphs["supergraph"])
+        batch = builders["supergraph"].batch(programs, range(len(cands)))
+        assert torch.equal(together.x, batch.x.flatten(0, 1)) and torch.equal(together.edge_index, batch.edge_index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,10 +295,10 @@ def test_a_new_operator_raises_instead_of_encoding_zeros():
 
 
 def test_template_version_is_a_hash_of_its_definition():
-    stored = read_template_json(TEMPLATE_PATH)
+    stored = json.loads(TEMPLATE_PATH.read_text())
     tpl = Template.load()
     assert stored["version"] == tpl.version and len(tpl.version) == 12
-    assert NODE_WIDTH == 3 + NUM_FEATURES == len(stored["features"]) + 3
+    assert NODE_WIDTH == width(NUM_FEATURES) == width(len(stored["features"]))
     stored["slots"][-1][0] = "renamed/x"  # a leaf: the definition stays well formed
     with pytest.raises(TemplateMismatch, match="edited by hand"):
         Template.from_json(stored)
@@ -281,6 +308,18 @@ def test_template_version_is_a_hash_of_its_definition():
     stored["slots"][-1][1] = stored["slots"][-2][0]
     del stored["version"]
     assert Template.from_json(stored).version != tpl.version
+
+
+def test_template_ships_as_package_data():
+    """A normal install copies only the data files pyproject.toml names, not everything beside the code."""
+    import tomllib
+    from pathlib import Path
+
+    import metatune.encode
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert TEMPLATE_PATH.parent == Path(metatune.encode.__file__).parent
+    assert TEMPLATE_PATH.name in pyproject["tool"]["setuptools"]["package-data"]["metatune.encode"]
 
 
 @pytest.mark.slow

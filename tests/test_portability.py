@@ -117,3 +117,15 @@ def test_target_strings_parse_in_every_form():
     assert target_json(parse_target('{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'))["mcpu"] == "znver3"
     assert parse_target("nvidia/nvidia-h100").kind.name == "cuda"
     assert target_json(parse_target(target_json(cli))) == target_json(cli)  # round trip
+
+
+def test_encode_command_encodes_for_a_target_this_machine_cannot_run(tmp_path):
+    import json
+
+    from metatune.commands.encode import run_encode
+
+    out = tmp_path / "graphs.json"
+    run_encode("conv2d:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1", 2, 0, False, out,
+               target="llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
+    graphs = json.loads(out.read_text())["graphs"]
+    assert len(graphs) == 2 and all(g["num_real_nodes"] > 1 for g in graphs)

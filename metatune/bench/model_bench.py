@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from .runner import BenchProgress, _write_json, read_result
+from .runner import BenchProgress, read_result, write_json
 
 
 def run_model_bench(model: str, trials_total: int, strategies: list[str], repeats: int, out: Path,
@@ -40,7 +40,7 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
                             runner=runner, trials_per_iter=trials_per_iter, seed=repeat, report=report,
                             target=target).to_json()
         result["repeat"] = repeat
-        _write_json(path, result)
+        write_json(path, result)
         offset += trials_total
         progress.set(offset, f"{model} [{strategy}] {result['model_latency_ms']} ms")
 

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .runner import REFERENCES_FILE
+
 BASELINE = "xgb"
+RESULTS_FILE = "results.csv"
+TABLE_FILE = "table.md"
+CURVES_FILE = "curves.png"
 CSV_FIELDS = ("workload", "workload_text", "strategy", "repeat", "budget", "best_gflops", "best_latency_us",
               "trials", "wall_s", "search_s", "measure_s", "encode_s", "update_s", "failures", "verified",
               "max_rel_error", "resumed", "timed_trials")
@@ -202,9 +207,9 @@ def write_report(out: Path, budgets: list[int]) -> str:
     runs = load_runs(out)
     if not runs:
         return ""
-    references = json.loads((out / "references.json").read_text()) if (out / "references.json").exists() else {}
-    write_csv(runs, budgets, out / "results.csv")
+    references = json.loads((out / REFERENCES_FILE).read_text()) if (out / REFERENCES_FILE).exists() else {}
+    write_csv(runs, budgets, out / RESULTS_FILE)
     table = markdown(runs, budgets, references)
-    (out / "table.md").write_text(table)
-    plot_curves(runs, references, out / "curves.png")
+    (out / TABLE_FILE).write_text(table)
+    plot_curves(runs, references, out / CURVES_FILE)
     return table

@@ -14,13 +14,13 @@ is skipped; a shorter one continues from its database (and is marked `resumed`).
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import MetatuneError
+from ..fileio import write_atomic
 from ..tune.tuner import STRATEGIES
 from .references import fp32_peak_gflops, torch_reference
 from .suites import BenchWorkload, load_suite
@@ -85,11 +85,10 @@ def read_result(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
+    """Replace a result file atomically: an interrupted bench must not leave a torn one to resume from."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
 @dataclass
@@ -120,7 +119,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         echo(f"measuring the fp32 peak ({threads} threads, matmul)")
         references["fp32_peak_gflops"] = fp32_peak_gflops(threads)
         references["threads"] = threads
-        _write_json(config.out / REFERENCES_FILE, references)
+        write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
     done_trials = {key: int(r["trials"]) if r else 0 for key, r in earlier_results.items()}
@@ -145,7 +144,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         result = merge_segments(earlier_results[key], result)
-        _write_json(key.result_path(config.out), result)
+        write_json(key.result_path(config.out), result)
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
@@ -155,7 +154,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
                      f"{ref.spread:.0%}; the machine was busy, re-measure it on an idle machine")
             references.setdefault("torch", {})[bench_workload.name] = {"workload": str(bench_workload.workload),
                                                                       **ref.__dict__}
-            _write_json(config.out / REFERENCES_FILE, references)
+            write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
 

@@ -36,7 +36,7 @@ def run_model_bench_command(model: str, trials_total: int, strategies: str, repe
 def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
                       runner: str, trials_per_iter: int, references: bool, report_only: bool,
                       target: str | None = None) -> None:
-    from ..bench.report import write_report
+    from ..bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
     from ..bench.runner import BenchConfig, BenchProgress, run_bench
     from ..progress import progress_bar
 
@@ -58,4 +58,4 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     if not table:
         raise MetatuneError(f"{out} holds no bench results yet")
     typer.echo(table)
-    typer.echo(f"results: {out / 'results.csv'}, {out / 'table.md'}, {out / 'curves.png'}")
+    typer.echo(f"results: {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / CURVES_FILE}")

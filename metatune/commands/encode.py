@@ -16,7 +16,8 @@ def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[
                target: Optional[str] = None) -> list[dict[str, Any]]:
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
     from ..device import fingerprint_for_target
-    from ..encode.supergraph import NODE_WIDTH, GraphEncoder, describe
+    from ..encode.layout import NODE_WIDTH
+    from ..encode.supergraph import GraphEncoder, describe
     from ..space import DesignSpaces, SearchSpace
 
     space = SearchSpace(DesignSpaces(workload, fingerprint_for_target(target).tvm_target()))

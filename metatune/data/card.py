@@ -6,9 +6,8 @@ import collections
 import json
 from pathlib import Path
 
-from .store import DatasetStore, _write_atomic
-
-CARD_FILE = "card.json"
+from ..fileio import CARD_FILE, write_atomic
+from .store import DatasetStore
 
 
 def compute_counts(store: DatasetStore) -> dict:
@@ -53,4 +52,4 @@ def read_card(directory: Path) -> dict | None:
 
 def write_card(directory: Path, card: dict) -> None:
     Path(directory).mkdir(parents=True, exist_ok=True)
-    _write_atomic(Path(directory) / CARD_FILE, (json.dumps(card, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(Path(directory) / CARD_FILE, (json.dumps(card, indent=2, sort_keys=True) + "\n").encode())

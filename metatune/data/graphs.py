@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 import torch
 
+from ..encode import layout
 from .store import DatasetStore, WorkloadStore, workload_slug
 
 if TYPE_CHECKING:
@@ -93,12 +94,8 @@ class GraphBuilder:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.template, self.mode, self.stats = template, mode, stats
         self.num_features = len(template.features)
-        self.width = 3 + self.num_features + 1  # type one-hot, features, presence bit
-        s = template.num_slots
-        parents = torch.tensor(template.parents)
-        src = torch.cat([torch.where(parents >= 0, 1 + parents, torch.zeros_like(parents)), 1 + torch.arange(s)])
-        dst = torch.cat([1 + torch.arange(s), 1 + s + torch.arange(s)])
-        self._template_edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+        self.width = layout.width(self.num_features)
+        self._template_edges = layout.template_edges(template.parents)
 
     def _normalized(self, feats: torch.Tensor) -> torch.Tensor:
         return feats if self.stats is None else (feats - self.stats.mean) / self.stats.std
@@ -119,40 +116,26 @@ class GraphBuilder:
 
     def _supergraph(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
         t = self.template
-        n, s, f = t.num_nodes, t.num_slots, self.num_features
         rows, graph, _ = self._rows(w, idx)
         slots = w.slots[rows]
-        x = torch.zeros(len(idx), n, self.width)
-        x[:, 0, 0] = 1.0
-        x[:, 0, -1] = 1.0
-        x[graph, 1 + slots, 1] = 1.0
-        x[graph, 1 + slots, -1] = 1.0
-        x[graph, 1 + s + slots, 2] = 1.0
-        x[graph, 1 + s + slots, 3 : 3 + f] = self._normalized(w.features[rows])
-        x[graph, 1 + s + slots, -1] = 1.0
-        offsets = (torch.arange(len(idx)) * n).repeat_interleave(self._template_edges.shape[1])
-        edges = self._template_edges.repeat(1, len(idx)) + offsets
+        x = torch.zeros(len(idx), t.num_nodes, self.width)
+        layout.place(x, graph, layout.for_node(slots), layout.interval_node(slots, t.num_slots),
+                     self._normalized(w.features[rows]))
+        edges = layout.batched_edges(self._template_edges, len(idx), t.num_nodes)
         # Placeholder nodes pass messages along the template but are left out of the readout:
         # pooling over ~650 mostly-empty slots would drown the program's own loops.
-        return GraphBatch(x, edges, x[..., -1] > 0)
+        return GraphBatch(x, edges, layout.present(x))
 
     def _plain(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
         rows, graph, counts = self._rows(w, idx)
-        n, f = 1 + 2 * int(counts.max()), self.num_features
+        n = layout.num_nodes(int(counts.max()))
         local = rows - torch.repeat_interleave(w.ptr[torch.as_tensor(idx)], counts)  # loop index in its program
-        m = counts[graph]  # loops in the row's program
+        for_nodes, interval_nodes = layout.for_node(local), layout.interval_node(local, counts[graph])
         x = torch.zeros(len(idx), n, self.width)
-        x[:, 0, 0] = 1.0
-        x[graph, 1 + local, 1] = 1.0
-        x[graph, 1 + m + local, 2] = 1.0
-        x[graph, 1 + m + local, 3 : 3 + f] = self._normalized(w.features[rows])
-        mask = torch.arange(n)[None, :] < (1 + 2 * counts)[:, None]
-        x[..., -1] = mask.float()
-        parents = w.parents[rows]
+        layout.place(x, graph, for_nodes, interval_nodes, self._normalized(w.features[rows]))
         base = graph * n
-        src = torch.cat([base + torch.where(parents >= 0, 1 + parents, torch.zeros_like(parents)), base + 1 + local])
-        dst = torch.cat([base + 1 + local, base + 1 + m + local])
-        return GraphBatch(x, torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]), mask)
+        edges = layout.edges(base + layout.parent_node(w.parents[rows]), base + for_nodes, base + interval_nodes)
+        return GraphBatch(x, edges, layout.present(x))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .. import MetatuneError
+from ..fileio import RECORD_FILE, WORKLOAD_FILE, write_atomic
 from ..workloads import Workload
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
 FAILURE_FILE = "failures.jsonl"
 META_FILE = "meta.json"
 
@@ -66,15 +65,6 @@ def _append_line(path: Path, line: str) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -126,7 +116,7 @@ class WorkloadStore:
         else:
             self.workload, self.split = workload, split or "train"
             self.dir.mkdir(parents=True, exist_ok=True)
-            _write_atomic(meta_path, json.dumps({"workload": workload.key, "split": self.split}).encode())
+            write_atomic(meta_path, json.dumps({"workload": workload.key, "split": self.split}).encode())
         self._record_lines = _read_lines(self.dir / RECORD_FILE)
         self._failures = [Failure(**json.loads(l)) for l in _read_lines(self.dir / FAILURE_FILE)]
         self._keys: set[str] | None = None
@@ -191,7 +181,7 @@ class WorkloadStore:
         if path.exists():
             return
         stringify, _ = _ffi_json()
-        _write_atomic(path, (str(stringify(TVMWorkload(mod).as_json(), None)) + "\n").encode())
+        write_atomic(path, (str(stringify(TVMWorkload(mod).as_json(), None)) + "\n").encode())
 
     def append_record(self, record: "TuningRecord", key: str) -> None:
         self._check_writable()
@@ -217,7 +207,7 @@ class WorkloadStore:
             if gz.exists():
                 continue
             data = path.read_bytes() if path.exists() else b""
-            _write_atomic(gz, gzip.compress(data, mtime=0))
+            write_atomic(gz, gzip.compress(data, mtime=0))
             path.unlink(missing_ok=True)
 
 

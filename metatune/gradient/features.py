@@ -18,8 +18,8 @@ features equal the encoder's at every valid integer configuration. The one clamp
 extent (compute-at span) is kept >= 1 at points outside the constraints, where factors < 1
 would make it meaningless.
 
-Node features are laid out as `GraphBuilder` lays them out for the cost model (type one-hot,
-standardised features on interval nodes, presence bit), so the GCN runs on them unchanged.
+Node features are laid out as `GraphBuilder` lays them out for the cost model (encode/layout.py,
+with the features standardised), so the GCN runs on them unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch
 from . import NotDifferentiable
 from .postproc import UNIT, FinalProgram, Rewrite
 from .program import Mono, Span, SymAccess, SymbolicProgram
+from ..encode import layout
 from ..encode.features import NUM_BUFFER_SLOTS, NUM_FEATURES, buffer_slots, owners
 from ..encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED
 from ..encode.supergraph import EncodedProgram, GraphEncoder, _RoleCache  # the encoder's own slot rules
@@ -231,21 +232,15 @@ class VariantFeatures:
         groups: dict[tuple, list[int]] = {}
         for b, rw in enumerate(rewrites):
             groups.setdefault(rw.key, []).append(b)
-        s, width = self.num_slots, self.builder.width
         parts, order = [], []
         for members in groups.values():
             plan = self.plan(rewrites[members[0]])
             idx = torch.tensor(members)
             feats = self.loop_features(plan, y[idx], le[idx], unroll[idx]).to(torch.float32)
-            x = torch.zeros(len(members), self.num_nodes, width)
-            x[:, 0, 0] = 1.0
-            x[:, 0, -1] = 1.0
-            x[:, 1 + plan.slots, 1] = 1.0
-            x[:, 1 + plan.slots, -1] = 1.0
-            x[:, 1 + s + plan.slots, 2] = 1.0
-            x[:, 1 + s + plan.slots, -1] = 1.0
-            x[:, 1 + s + plan.slots, 3 : 3 + NUM_FEATURES] = (feats - self.mean) / self.std
+            x = torch.zeros(len(members), self.num_nodes, self.builder.width)
+            layout.place(x, slice(None), layout.for_node(plan.slots), layout.interval_node(plan.slots, self.num_slots),
+                         (feats - self.mean) / self.std)
             parts.append(x)
             order += members
         x = torch.cat(parts)[torch.argsort(torch.tensor(order))]
-        return x, x[..., -1] > 0, rewrites
+        return x, layout.present(x), rewrites

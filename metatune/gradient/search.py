@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .. import MetatuneError
+from ..encode import layout
 from ..measure import successful_run_seconds
 from ..space import Config, DesignSpaces, SearchSpace, SpaceError
 from . import NotDifferentiable
@@ -118,17 +119,11 @@ class _Scorer:
         params = state.params if state.params is not None else cost_model._base
         self.params = {n: p.detach() for n, p in self.model.named_parameters()}
         self.params.update({n: p.detach() for n, p in params.items()})
-        s = template.num_slots
-        parents = torch.tensor(template.parents)
-        src = torch.cat([torch.where(parents >= 0, 1 + parents, torch.zeros_like(parents)), 1 + torch.arange(s)])
-        dst = torch.cat([1 + torch.arange(s), 1 + s + torch.arange(s)])
-        self.edges = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+        self.edges = layout.template_edges(template.parents)
         self.nodes = template.num_nodes
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b = x.shape[0]
-        offsets = (torch.arange(b) * self.nodes).repeat_interleave(self.edges.shape[1])
-        edges = self.edges.repeat(1, b) + offsets
+        edges = layout.batched_edges(self.edges, x.shape[0], self.nodes)
         return torch.func.functional_call(self.model, self.params, (x, edges, mask))
 
 

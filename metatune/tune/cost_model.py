@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..data.graphs import EncodedWorkload, concat, encode_programs, iter_batches, log_throughput
+from ..fileio import WEIGHTS_FILE
 from ..meta import adapt, adaptable_params, standardize_by
 from ..training import TrainedModel
 
@@ -196,7 +197,7 @@ def load_trained(checkpoint: str | Path) -> TrainedModel:
     """A checkpoint from a path (a weights file, or a run or zoo version directory)."""
     path = Path(checkpoint)
     if path.is_dir():
-        path = path / "model.safetensors"
+        path = path / WEIGHTS_FILE
     if not path.exists():
         from .. import MetatuneError
 

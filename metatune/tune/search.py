@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 
 import numpy as np
 
-from ..measure import successful_run_seconds
+from ..measure import median_latency, successful_run_seconds
 from ..space import Candidate, Config, DesignSpaces, SearchSpace, SpaceError
 from . import bo
 
@@ -333,7 +332,7 @@ class _BatchBOLogic:
                 self.failures.add(config)
                 self.stats.failed += 1
             else:
-                self.observations[config] = _Observation(statistics.median(secs), embedding, score)
+                self.observations[config] = _Observation(median_latency(secs), embedding, score)
                 self.stats.measured += 1
 
     def clone(self) -> Any:
@@ -372,7 +371,7 @@ class _BatchBOLogic:
             if secs is None:
                 self.failures.add(config)
             elif config not in self.observations:
-                self.observations[config] = _Observation(statistics.median(secs), self.space.embed(config), None)
+                self.observations[config] = _Observation(median_latency(secs), self.space.embed(config), None)
                 to_predict.append((config, rec))
         if to_predict:
             raw = self._predict([rec.as_measure_candidate() for _, rec in to_predict])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import logging
 import os
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ import numpy as np
 
 from .. import MetatuneError
 from ..data.store import DatasetStore, WorkloadStore
+from ..fileio import write_atomic
+from ..measure import median_latency
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +60,17 @@ def _extract(store: WorkloadStore, target: Any) -> FeatureGroup:
 
     task = record_task(store, target)
     features = [x.numpy().astype("float32") for x in PerStoreFeature().extract_from(task.context, task.candidates)]
-    costs = np.array([float(np.median([float(s) for s in r.run_secs])) for r in task.results], dtype="float32")
+    costs = np.array([median_latency([float(s) for s in r.run_secs]) for r in task.results], dtype="float32")
     return FeatureGroup(shash2hex(task.context.mod), features, costs)
 
 
 def _save(group: FeatureGroup, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, group_hash=np.array(group.group_hash), costs=group.costs,
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, group_hash=np.array(group.group_hash), costs=group.costs,
                         rows=np.array([len(f) for f in group.features], dtype=np.int64),
                         features=np.concatenate(group.features, axis=0))
-    os.replace(tmp, path)
+    write_atomic(path, buffer.getvalue())
 
 
 def _load(path: Path) -> FeatureGroup:

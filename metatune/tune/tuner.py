@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import MetatuneError
-from ..measure import successful_run_seconds
+from ..fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
+from ..measure import median_latency, successful_run_seconds
 from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from ..workloads import Workload
 from .logs import set_meta_schedule_console
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
-RECORD_FILE = "database_tuning_record.json"
-WORKLOAD_FILE = "database_workload.json"
 
 
 @dataclass
@@ -74,7 +73,7 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
         index, record = json.loads(line)
         if index in indices:
             secs = successful_run_seconds(record[1])
-            out.append(sorted(secs)[len(secs) // 2] if secs else None)
+            out.append(median_latency(secs, high=True) if secs else None)
     return out
 
 
@@ -85,7 +84,7 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     notes: list[str] = []
     if checkpoint != "auto":
         trained = load_trained(checkpoint)
-        card = Path(checkpoint) / "card.json" if Path(checkpoint).is_dir() else Path(checkpoint).with_name("card.json")
+        card = Path(checkpoint) / CARD_FILE if Path(checkpoint).is_dir() else Path(checkpoint).with_name(CARD_FILE)
         if card.exists():
             device = json.loads(card.read_text()).get("device", {}).get("device_id")
             if device and device != fingerprint.device_id:
@@ -97,7 +96,7 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     from ..zoo import ZooWarning, default_zoo_dir, resolve
 
     zoo_dir = default_zoo_dir()
-    if not (zoo_dir / "index.json").exists():
+    if not (zoo_dir / INDEX_FILE).exists():
         raise MetatuneError(f"no model zoo at {zoo_dir}: run `make train-zoo` to train one, "
                             "or pass --checkpoint PATH")
     with warnings.catch_warnings(record=True) as caught:
@@ -126,8 +125,8 @@ def progress_callback(total: int, done: int, report: Callable[[int, int, dict[in
                   runner_results: Any) -> None:
             for r in runner_results:
                 if r.error_msg is None and r.run_secs:
-                    secs = sorted(float(x) for x in r.run_secs)
-                    self.best[task_id] = min(self.best.get(task_id, float("inf")), secs[len(secs) // 2])
+                    latency = median_latency([float(x) for x in r.run_secs], high=True)
+                    self.best[task_id] = min(self.best.get(task_id, float("inf")), latency)
             self.done += len(runner_results)
             report(self.done, total, self.best)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..device import DeviceFingerprint
+from ..fileio import CARD_FILE
 from .errors import ZooError
-from .index import _SAFE_ID_RE, CARD_FILE, ZooEntry
+from .index import _SAFE_ID_RE, ZooEntry
 
 RUN_CARD_FIELDS = ("device", "template_version", "dataset", "train_config", "metrics", "versions", "created",
                    "train_wall_s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import MetatuneError
+from ..fileio import INDEX_FILE
 
 
 class ZooError(MetatuneError):
@@ -12,7 +13,7 @@ class ZooError(MetatuneError):
 class ChecksumError(ZooError):
     """The weights on disk are not the weights that were published."""
 
-    def __init__(self, where: str, expected: str, actual: str, recorded_in: str = "index.json") -> None:
+    def __init__(self, where: str, expected: str, actual: str, recorded_in: str = INDEX_FILE) -> None:
         self.expected, self.actual = expected, actual
         super().__init__(
             f"{where}: sha256 {actual[:16]}... does not match {expected[:16]}... recorded in {recorded_in}; "

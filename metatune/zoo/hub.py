@@ -8,8 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..fileio import CARD_FILE, WEIGHTS_FILE
 from .errors import ChecksumError, ZooError
-from .index import CARD_FILE, WEIGHTS_FILE, ZooEntry, default_zoo_dir, read_index
+from .index import ZooEntry, default_zoo_dir, read_index
 from .publishing import publish
 from .weights import sha256
 

@@ -6,16 +6,13 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..fileio import INDEX_FILE, WEIGHTS_FILE, write_atomic
 from .errors import ZooError
 
-INDEX_FILE = "index.json"
-WEIGHTS_FILE = "model.safetensors"
-CARD_FILE = "card.json"
 README_FILE = "README.md"
 ZOO_ENV = "METATUNE_ZOO"
 TRAIN_HINT = "train one with `make train-zoo` (or `metatune train ... && metatune zoo publish RUN_DIR`)"
@@ -117,25 +114,10 @@ def read_index(root: Path) -> list[ZooEntry]:
     return [ZooEntry.from_json(e, Path(root)) for e in raw]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write a unique temp file next to `path`, fsync it, and rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_index(root: Path, entries: list[ZooEntry]) -> None:
     ordered = sorted(entries, key=lambda e: (e.device_id, e.number))
     text = json.dumps([e.to_json() for e in ordered], indent=2) + "\n"
-    _write_atomic(Path(root) / INDEX_FILE, text.encode())
+    write_atomic(Path(root) / INDEX_FILE, text.encode())
 
 
 @contextlib.contextmanager

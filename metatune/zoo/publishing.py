@@ -11,10 +11,11 @@ from pathlib import Path
 
 from .. import __version__
 from ..device import DeviceFingerprint
+from ..fileio import CARD_FILE, WEIGHTS_FILE
 from . import index
 from .cards import metrics_summary, read_run_card, render_readme
 from .errors import TemplateVersionError, ZooError
-from .index import _VERSION_RE, CARD_FILE, README_FILE, WEIGHTS_FILE, ZooEntry, _locked, read_index, version_number, write_index
+from .index import _VERSION_RE, README_FILE, ZooEntry, _locked, read_index, version_number, write_index
 from .weights import load_weights, sha256
 
 

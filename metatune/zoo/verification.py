@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..device import DeviceFingerprint
+from ..fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
 from . import index
 from .cards import read_zoo_card
 from .errors import ChecksumError, TemplateVersionError, ZooError
-from .index import _VERSION_RE, CARD_FILE, INDEX_FILE, README_FILE, WEIGHTS_FILE, ZooEntry, get_entry, read_index
+from .index import _VERSION_RE, README_FILE, ZooEntry, get_entry, read_index
 from .weights import load_weights, sha256
 
 if TYPE_CHECKING:
