@@ -235,11 +235,10 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
     assert not np.allclose(metatune.predict(context, candidates), cold), "metatune's model ignored the records"
 
 
-@pytest.mark.slow
 @needs_zoo
 def test_tinycnn_with_metatune_tunes_every_task_with_its_model(tmp_path):
-    """The metatune strategy end to end (slow; routing is covered by
-    test_tasks_metatune_cannot_encode_go_to_xgb, the pipeline by the random run)."""
+    """The metatune strategy end to end: every task of tinycnn is tuned by metatune's model
+    (routing to XGBModel is covered by test_tasks_metatune_cannot_encode_go_to_xgb)."""
     out = tmp_path / "r.json"
     res = tune("--model", "tinycnn", "--trials", "16", "--db", str(tmp_path / "db"), "--json", str(out))
     assert res.returncode == 0, res.stderr

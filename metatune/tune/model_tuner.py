@@ -146,16 +146,17 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     if strategy != "metatune":
         return cost_model, searches, tuners, []
     encodable = {name for name, why in uncovered.items() if why is None}
-    if len(encodable) == len(tasks):
-        return cost_model, searches, tuners, []
     for i, task in enumerate(tasks):
         if task.task_name not in encodable:
             tuners[task.task_name], searches[i] = "xgb-fallback", "evolutionary"
+    # Routed even when every task is encodable: a later candidate that fails to encode moves its
+    # task to XGBModel instead of ending the run.
     fallback = ms.cost_model.CostModel.create("xgb", num_tuning_cores=1, tree_method="auto")
-    note = (f"metatune's cost model encodes {len(encodable)} of {len(tasks)} tasks; the other "
-            f"{len(tasks) - len(encodable)} are tuned with XGBModel + EvolutionarySearch (TVM's default; "
-            "tasks[].uncovered says why)")
-    return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, [note]
+    notes = [] if len(encodable) == len(tasks) else [
+        f"metatune's cost model encodes {len(encodable)} of {len(tasks)} tasks; the other "
+        f"{len(tasks) - len(encodable)} are tuned with XGBModel + EvolutionarySearch (TVM's default; "
+        "fallback_tasks lists them, tasks[].uncovered says why)"]
+    return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, notes
 
 
 def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tuple[float, float, float, float]:
