@@ -547,18 +547,12 @@ def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_
 
 def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSpace"]]:
     """(task name, knob spaces) of every task Relax extracts from a network for `target`."""
-    from tvm.s_tir import meta_schedule as ms
-
     from ..models import get_model
     from ..space import DesignSpaces, SearchSpace
-    from ..tune.relax_model import extract_tasks, import_model
+    from ..tune.relax_model import extract_tasks, import_model, task_context
 
-    out = []
-    for task in extract_tasks(import_model(get_model(model_name)).mod, target):
-        context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
-                                 task_name=task.task_name)
-        out.append((task.task_name, SearchSpace(DesignSpaces.from_context(context))))
-    return out
+    tasks = extract_tasks(import_model(get_model(model_name)).mod, target)
+    return [(t.task_name, SearchSpace(DesignSpaces.from_context(task_context(t, target)))) for t in tasks]
 
 
 def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6,

@@ -87,17 +87,14 @@ def _best_us(latencies: list[float | None]) -> float | None:
 
 def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
     """Task name -> why metatune's cost model cannot encode it (None when it can)."""
-    from tvm.s_tir import meta_schedule as ms
-
     from ..encode.supergraph import GraphEncoder
     from .fallback import uncovered_reason
+    from .relax_model import task_context
 
     encoder = GraphEncoder()
     out = {}
     for task in tasks:
-        context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
-                                 task_name=task.task_name)
-        out[task.task_name] = uncovered_reason(context, encoder)
+        out[task.task_name] = uncovered_reason(task_context(task, target), encoder)
         logger.info("task %s (weight %d): %s", task.task_name, task.weight,
                     "metatune's cost model encodes it" if out[task.task_name] is None else out[task.task_name])
     return out
@@ -108,17 +105,16 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
     """One TuneContext per task, each with its own clone of its search strategy (as
     `extracted_tasks_to_tune_contexts` does, but with a strategy per task). Their logs go to
     `<db_dir>/logs`, and to the console too when `verbose`."""
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    from .relax_model import task_context
 
     set_meta_schedule_console(verbose)
     detach_unnamed_meta_schedule_log_handlers()
     loggers = get_loggers_from_work_dir(str(db_dir), [t.task_name for t in tasks])
     return [
-        ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
-                       search_strategy=search, task_name=task.task_name, logger=log, rand_state=rand,
-                       num_threads=1).clone()
+        task_context(task, target, search_strategy=search, logger=log, rand_state=rand, num_threads=1).clone()
         for task, search, log, rand in zip(tasks, searches, loggers, fork_seed(seed, n=len(tasks)))
     ]
 

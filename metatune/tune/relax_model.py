@@ -18,7 +18,7 @@ from .. import MetatuneError
 if TYPE_CHECKING:
     import torch
     import tvm
-    from tvm.s_tir.meta_schedule import ExtractedTask
+    from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
 
     from ..models import ModelSpec
 
@@ -91,6 +91,14 @@ def extract_tasks(mod: "tvm.IRModule", target: "tvm.target.Target") -> list["Ext
     if not tasks:
         raise MetatuneError("the model has no tunable TIR function after fusion")
     return tasks
+
+
+def task_context(task: "ExtractedTask", target: "tvm.target.Target", **options: Any) -> "TuneContext":
+    """The TuneContext of an extracted task, with MetaSchedule's default design-space generator."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
+                          task_name=task.task_name, **options)
 
 
 def compile_model(mod: "tvm.IRModule", target: "tvm.target.Target", database: Any) -> Any:
