@@ -10,6 +10,7 @@ import os
 import secrets
 from pathlib import Path
 
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout: shipped datasets/, zoo/, train/ live here
 CARD_FILE = "card.json"  # dataset card, training-run card, zoo-version card
 WEIGHTS_FILE = "model.safetensors"  # a trained model, in a run or zoo version directory
 INDEX_FILE = "index.json"  # the zoo's list of published versions

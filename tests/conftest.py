@@ -26,7 +26,7 @@ SMALL_SHAPES = {
 @functools.lru_cache(maxsize=None)
 def local_target():
     """This machine's TVM target (cached: fingerprinting reads /proc/cpuinfo and LLVM)."""
-    from metatune.device import local_fingerprint
+    from metatune.env.device import local_fingerprint
 
     return local_fingerprint().tvm_target()
 
@@ -34,8 +34,8 @@ def local_target():
 @functools.lru_cache(maxsize=None)
 def small_search_space(family: str):
     """The knob space of the family's small shape, built once per test session."""
-    from metatune.space import DesignSpaces, SearchSpace
-    from metatune.workloads import Workload
+    from metatune.space.knob_space import DesignSpaces, SearchSpace
+    from metatune.workload.operators import Workload
 
     return SearchSpace(DesignSpaces(Workload.parse(SMALL_SHAPES[family]), local_target()))
 

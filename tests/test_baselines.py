@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metatune.baselines import new_xgb, record_task, xgb_predict
-from metatune.data.store import DatasetStore
+from metatune.cost_model.xgb import new_xgb, record_task, xgb_predict
+from metatune.dataset.store import DatasetStore
 
 SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
 
@@ -28,7 +28,7 @@ def stores(tmp_path_factory):
 
 
 def test_transfer_predicts_without_samples_and_its_copies_are_independent(stores, target):
-    from metatune.tune.transfer import TransferredXGB
+    from metatune.cost_model.xgb_transfer import TransferredXGB
 
     root, held = stores
     task = record_task(held, target)

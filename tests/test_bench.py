@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.bench.runner import BenchConfig, merge_segments, plan
+from metatune.bench.harness import BenchConfig, merge_segments, plan
 from metatune.bench.suites import load_suite
-from metatune.data.store import DatasetStore
+from metatune.dataset.store import DatasetStore
 
 SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
 STRATEGIES = ["metatune", "xgb", "xgb-transfer", "random"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True,
                           timeout=900, env={**os.environ, **(env or {})})
 
 

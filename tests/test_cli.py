@@ -8,7 +8,7 @@ from metatune import __version__
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_version():

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from metatune.data.card import compute_counts, read_card
-from metatune.data.spec import load_spec
-from metatune.data.store import RECORD_FILE, DatasetStore
+from metatune.dataset.card import compute_counts, read_card
+from metatune.dataset.spec import load_spec
+from metatune.dataset.store import RECORD_FILE, DatasetStore
 
 TINY_SPEC = """
 name: tiny
@@ -35,7 +35,7 @@ def write_spec(tmp_path: Path, samples: int = 12, text: str | None = None) -> Pa
 
 
 def cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune.cli", *args], capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, **kw)
 
 
 @pytest.mark.parametrize(
@@ -63,14 +63,14 @@ def test_held_out_never_in_training(tmp_path):
     held = {w.key for w in spec.held_out_workloads()}
     train = {w.key for w in spec.training_workloads()}
     assert held and train and not (held & train)
-    assert {w.key for w in spec.held_out_workloads()} >= {str(w) for w in __import__("metatune.workloads").workloads.get_suite("resnet18")}
+    assert {w.key for w in spec.held_out_workloads()} >= {str(w) for w in __import__("metatune.workload.operators").workloads.get_suite("resnet18")}
     families = {w.split(":")[0] for w in train}
     assert len(families) == 9 and len(train) >= 64
 
 
 def test_torn_line_is_cut_on_load(tmp_path):
-    from metatune.data.store import WorkloadStore
-    from metatune.workloads import Workload
+    from metatune.dataset.store import WorkloadStore
+    from metatune.workload.operators import Workload
 
     store = WorkloadStore(tmp_path / "w", Workload.parse("dense:m=2,n=2,k=2"), "train")
     path = store.dir / RECORD_FILE
@@ -89,7 +89,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     spec = write_spec(tmp_path, samples=16)
     out = tmp_path / "ds"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "metatune.cli", "dataset", "build", "--spec", str(spec), "--out", str(out), "--batch", "4"],
+        [sys.executable, "-m", "metatune", "dataset", "build", "--spec", str(spec), "--out", str(out), "--batch", "4"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     deadline = time.time() + 240

@@ -13,8 +13,8 @@ from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
 from metatune.encode.layout import FIRST_FEATURE, NODE_WIDTH, interval_node, num_edges, template_edges, width
 from metatune.encode.loopgraph import extract
 from metatune.encode.supergraph import TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template
-from metatune.space import CATEGORICAL
-from metatune.workloads import FAMILIES
+from metatune.space.knob_space import CATEGORICAL
+from metatune.workload.operators import FAMILIES
 
 from .conftest import SMALL_SHAPES
 from .conftest import local_target as target
@@ -237,7 +237,7 @@ def test_encoder_graphs_are_the_tensors_training_feeds_the_model():
     import torch
     from torch_geometric.data import Batch
 
-    from metatune.data.graphs import GraphBuilder, encode_programs
+    from metatune.encode.graphs import GraphBuilder, encode_programs
 
     enc = encoder()
     builders = {"supergraph": GraphBuilder(enc.template, "supergraph"), "plain": GraphBuilder(enc.template, "plain")}
@@ -271,12 +271,11 @@ def test_a_program_outside_the_template_names_the_missing_slot():
 
 def test_a_new_operator_raises_instead_of_encoding_zeros():
     """conv3d tiles five spatial axes; the template's main block has four."""
+    import tvm
     from tvm import te, topi
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.tvm_setup import import_tensor_intrinsics
-
-    import tvm
+    from metatune.env.tvm_setup import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     data = te.placeholder((1, 4, 6, 6, 6), name="data")
@@ -337,7 +336,7 @@ def test_per_store_features_for_the_xgboost_baseline():
 
 
 def test_encode_command(tmp_path, capsys):
-    from metatune.commands.encode import run_encode
+    from metatune.cli.encode import run_encode
 
     out = tmp_path / "graphs.json"
     run_encode("dense:m=16,n=32,k=24", 3, 0, True, out)

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from metatune.data.graphs import FeatureStats, GraphBuilder, encode_programs
+from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.features import NUM_FEATURES
+from metatune.encode.graphs import FeatureStats, GraphBuilder, encode_programs
 from metatune.encode.supergraph import GraphEncoder, Template
-from metatune.gradient import NotDifferentiable
-from metatune.gradient.features import VariantFeatures
-from metatune.gradient.program import build
-from metatune.gradient.relax import TileRelaxation
-from metatune.gradient.variants import VariantModel, variant_of
-from metatune.model import CostModel, ModelConfig
-from metatune.space import CATEGORICAL, TILE, Config, DesignSpaces, KnobSpace, SearchSpace
-from metatune.workloads import Workload, resolve_workload
+from metatune.search.gradient import NotDifferentiable
+from metatune.search.gradient.features import VariantFeatures
+from metatune.search.gradient.program import build
+from metatune.search.gradient.relax import TileRelaxation
+from metatune.search.gradient.variants import VariantModel, variant_of
+from metatune.space.knob_space import CATEGORICAL, TILE, Config, DesignSpaces, KnobSpace, SearchSpace
+from metatune.workload.operators import Workload, resolve_workload
 
 from .conftest import SMALL_SHAPES
 
@@ -33,7 +33,7 @@ ZOO = Path(__file__).parents[1] / "zoo"
 
 @functools.lru_cache(maxsize=None)
 def search_space(text: str) -> SearchSpace:
-    from metatune.device import local_fingerprint
+    from metatune.env.device import local_fingerprint
 
     return SearchSpace(DesignSpaces(resolve_workload(text), local_fingerprint().tvm_target()))
 
@@ -228,7 +228,7 @@ def test_rounding_always_gives_a_valid_configuration(workload):
 def test_gradient_strategy_tunes_and_verifies(tmp_path):
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from metatune.data.store import config_key
+    from metatune.dataset.store import config_key
     from metatune.tune.tuner import tune_workload
 
     workload = Workload.parse("dense:m=64,n=64,k=64")
@@ -244,11 +244,11 @@ def test_a_batch_spreads_over_descents_and_keeps_an_exploration_share(target):
     """Seeds that descend into one basin must not fill a batch with near-copies of one tiling."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.device import local_fingerprint
-    from metatune.gradient.search import GradientSearch
-    from metatune.tune.cost_model import MetaTuneCostModel
+    from metatune.env.device import local_fingerprint
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.search.gradient.search import GradientSearch
+    from metatune.search.online_model import MetaTuneCostModel
     from metatune.tune.tuner import resolve_checkpoint
-    from metatune.tvm_setup import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     trained, _, _ = resolve_checkpoint("auto", local_fingerprint())

@@ -4,10 +4,10 @@ import collections
 
 import pytest
 
-from metatune.check import check_schedule
-from metatune.measure import FailureKind, Measurer, MeasureSettings
-from metatune.space import DesignSpaces
-from metatune.workloads import FAMILIES, Workload
+from metatune.measure.check import check_schedule
+from metatune.measure.measurer import FailureKind, Measurer, MeasureSettings
+from metatune.space.knob_space import DesignSpaces
+from metatune.workload.operators import FAMILIES, Workload
 
 from .conftest import SMALL_SHAPES
 

@@ -12,7 +12,7 @@ import platform
 import numpy as np
 import pytest
 
-from metatune.target import CPU_TARGET_CLASSES
+from metatune.env.target import CPU_TARGET_CLASSES
 
 from .conftest import SMALL_SHAPES
 
@@ -24,7 +24,7 @@ x86_host = pytest.mark.skipif(platform.machine() not in ("x86_64", "amd64"),
 @pytest.fixture(scope="module")
 def encoder():
     from metatune.encode.supergraph import GraphEncoder
-    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.env.tvm_setup import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     return GraphEncoder()
@@ -39,8 +39,8 @@ def _target(name: str):
 @pytest.mark.parametrize("target_class", CLASSES)
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
 def test_random_configurations_of_every_family_encode_on_every_target_class(family, target_class, encoder):
-    from metatune.space import DesignSpaces, SearchSpace
-    from metatune.workloads import Workload
+    from metatune.space.knob_space import DesignSpaces, SearchSpace
+    from metatune.workload.operators import Workload
 
     space = SearchSpace(DesignSpaces(Workload.parse(SMALL_SHAPES[family]), _target(target_class)))
     rng = np.random.default_rng(3)
@@ -59,9 +59,9 @@ def test_random_configurations_of_every_family_encode_on_every_target_class(fami
 @pytest.mark.parametrize("model", ["resnet18", "tinycnn"])
 def test_metatune_encodes_every_task_of_the_shipped_models_on_every_target_class(model, target_class):
     """`tune --model` reports these as fallback_tasks: none may fall back to XGBModel."""
-    from metatune.models import get_model
     from metatune.tune.model_tuner import task_coverage
-    from metatune.tune.relax_model import extract_tasks, import_model
+    from metatune.workload.networks import get_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     target = _target(target_class)
     tasks = extract_tasks(import_model(get_model(model)).mod, target)
@@ -70,7 +70,7 @@ def test_metatune_encodes_every_task_of_the_shipped_models_on_every_target_class
 
 
 def test_device_ids_name_the_microarchitecture_and_tell_vendors_apart():
-    from metatune.device import classify_isa
+    from metatune.env.device import classify_isa
 
     spr = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16", "avx512_vnni"}
     zen3 = {"avx", "avx2", "fma", "sse4_2", "vaes"}
@@ -86,7 +86,7 @@ def test_device_ids_name_the_microarchitecture_and_tell_vendors_apart():
 
 @x86_host
 def test_this_machine_is_its_own_target_and_others_are_named_by_their_target():
-    from metatune.device import fingerprint_for_target, local_fingerprint
+    from metatune.env.device import fingerprint_for_target, local_fingerprint
 
     host = local_fingerprint()
     assert fingerprint_for_target(None, host) == host
@@ -104,7 +104,7 @@ def test_a_target_this_machine_cannot_run_is_a_one_line_error_with_exit_2():
     import sys
 
     def measure(target: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "metatune.cli", "measure", "dense:m=16,n=16,k=16", "--random",
+        return subprocess.run([sys.executable, "-m", "metatune", "measure", "dense:m=16,n=16,k=16", "--random",
                                "1", "--target", target], capture_output=True, text=True, timeout=300)
 
     for target, message in [("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", "cannot run its kernels"),
@@ -116,7 +116,7 @@ def test_a_target_this_machine_cannot_run_is_a_one_line_error_with_exit_2():
 
 
 def test_target_strings_parse_in_every_form():
-    from metatune.target import parse_target, target_json
+    from metatune.env.target import parse_target, target_json
 
     cli = parse_target("llvm -mcpu=znver3 -num-cores=2 -mattr=+avx2,+fma")
     assert target_json(cli) == {"kind": "llvm", "mcpu": "znver3", "num-cores": 2, "mattr": ["+avx2", "+fma"]}
@@ -128,7 +128,7 @@ def test_target_strings_parse_in_every_form():
 def test_encode_command_encodes_for_a_target_this_machine_cannot_run(tmp_path):
     import json
 
-    from metatune.commands.encode import run_encode
+    from metatune.cli.encode import run_encode
 
     out = tmp_path / "graphs.json"
     run_encode("conv2d:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=2,pad=1", 2, 0, False, out,

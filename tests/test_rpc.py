@@ -16,8 +16,14 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.runners import (
-    RpcSpec, RunnerSpecError, TrackerAddress, make_runner, parse_rpc_url, parse_tracker, server_lost,
+from metatune.measure.runners import (
+    RpcSpec,
+    RunnerSpecError,
+    TrackerAddress,
+    make_runner,
+    parse_rpc_url,
+    parse_tracker,
+    server_lost,
 )
 
 SPEC = """
@@ -113,7 +119,7 @@ def test_bad_runner_on_the_cli_is_one_line_exit_2(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
     out = subprocess.run(
-        [sys.executable, "-m", "metatune.cli", "dataset", "build", "--spec", str(spec), "--out", str(tmp_path / "ds"),
+        [sys.executable, "-m", "metatune", "dataset", "build", "--spec", str(spec), "--out", str(tmp_path / "ds"),
          "--runner", "rpc://127.0.0.1/cpu"],
         capture_output=True, text=True, timeout=120,
     )
@@ -125,8 +131,8 @@ def test_bad_runner_on_the_cli_is_one_line_exit_2(tmp_path):
 
 
 def test_unknown_remote_fingerprint_is_a_warned_assumption(monkeypatch, capsys):
-    from metatune import runners
-    from metatune.device import local_fingerprint
+    from metatune.env.device import local_fingerprint
+    from metatune.measure import runners
 
     monkeypatch.setattr(runners, "query_fingerprints", lambda spec, count: [(None, "unknown")] * count)
     fp = runners.agreed_fingerprint(parse_rpc_url("rpc://127.0.0.1:9190/cpu"), 2)
@@ -138,8 +144,8 @@ def test_unknown_remote_fingerprint_is_a_warned_assumption(monkeypatch, capsys):
 def test_servers_of_different_devices_under_one_key_are_refused(monkeypatch):
     from dataclasses import replace
 
-    from metatune import runners
-    from metatune.device import local_fingerprint
+    from metatune.env.device import local_fingerprint
+    from metatune.measure import runners
 
     here = local_fingerprint()
     other = replace(here, num_cores=here.num_cores + 6)
@@ -180,7 +186,7 @@ class _FlakyRunner:
 
 
 def _retrying(monkeypatch, inner):
-    from metatune import runners
+    from metatune.measure import runners
 
     up = {"cpu": runners.KeyStatus("cpu", ["127.0.0.1:9091"], 1, 0)}
     monkeypatch.setattr(runners, "tracker_status", lambda addr: up)
@@ -188,9 +194,9 @@ def _retrying(monkeypatch, inner):
 
 
 def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, target):
-    from metatune.measure import FailureKind, Measurer, MeasureSettings
-    from metatune.space import DesignSpaces
-    from metatune.workloads import Workload
+    from metatune.measure.measurer import FailureKind, Measurer, MeasureSettings
+    from metatune.space.knob_space import DesignSpaces
+    from metatune.workload.operators import Workload
 
     from .conftest import SMALL_SHAPES
 
@@ -209,7 +215,7 @@ def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, targ
 
 
 def test_no_server_left_stops_the_run_with_a_clear_error(monkeypatch):
-    from metatune import runners
+    from metatune.measure import runners
 
     monkeypatch.setattr(runners, "tracker_status", lambda addr: {})
     monkeypatch.setattr(runners, "QUEUE_WAIT_S", 0.1)
@@ -243,7 +249,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def start_server(kind: str, tracker: TrackerAddress, key: str, log: Path) -> subprocess.Popen:
     port = free_port()
-    module = "metatune.rpc_server" if kind == "metatune" else "tvm.exec.rpc_server"
+    module = "metatune.measure.rpc_server" if kind == "metatune" else "tvm.exec.rpc_server"
     return start([module, "--tracker", str(tracker), "--key", key, "--host", "127.0.0.1",
                   "--port", str(port), "--port-end", str(port + 1)], log)
 
@@ -259,7 +265,7 @@ def wait_for(condition, timeout_s: float, what: str):
 
 
 def servers_under(tracker: TrackerAddress, key: str) -> int:
-    from metatune.runners import tracker_status
+    from metatune.measure.runners import tracker_status
 
     status = tracker_status(tracker).get(key)
     return len(status.servers) if status else 0
@@ -267,7 +273,7 @@ def servers_under(tracker: TrackerAddress, key: str) -> int:
 
 @pytest.fixture
 def cluster(tmp_path):
-    """A tracker and two servers under one key: a metatune.rpc_server and a plain TVM one."""
+    """A tracker and two servers under one key: a metatune.measure.rpc_server and a plain TVM one."""
     port = free_port()
     tracker = TrackerAddress("127.0.0.1", port)
     procs = [start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
@@ -285,7 +291,7 @@ def cluster(tmp_path):
 
 
 def _reachable(tracker: TrackerAddress) -> bool:
-    from metatune.runners import _probe_tracker
+    from metatune.measure.runners import _probe_tracker
 
     try:
         _probe_tracker(tracker)
@@ -295,14 +301,14 @@ def _reachable(tracker: TrackerAddress) -> bool:
 
 
 def test_rpc_status_and_remote_fingerprints(cluster, capsys):
-    from metatune.commands.rpc import run_status, status_data
-    from metatune.device import local_fingerprint
+    from metatune.cli.rpc import run_status, status_data
+    from metatune.env.device import local_fingerprint
 
     data = status_data(str(cluster["tracker"]), probe=True)
     key = data["keys"]["loop"]
     assert len(key["servers"]) == 2 and key["runner"] == f"rpc://{cluster['tracker']}/loop"
     sources = sorted(d["source"] for d in key["devices"])
-    assert sources == ["TVM's LLVM host queries", "metatune.rpc_server"]
+    assert sources == ["TVM's LLVM host queries", "metatune.measure.rpc_server"]
     here = local_fingerprint()
     for d in key["devices"]:  # both ways of asking agree with what this (same) machine says
         fp = d["fingerprint"]
@@ -356,9 +362,9 @@ def test_dataset_build_survives_a_server_killed_mid_run(cluster, tmp_path):
     assert build.returncode == 0, stderr[-2000:]
     assert servers_under(cluster["tracker"], cluster["key"]) == 1
 
-    from metatune.data.card import read_card
-    from metatune.data.store import DatasetStore
-    from metatune.device import local_fingerprint
+    from metatune.dataset.card import read_card
+    from metatune.dataset.store import DatasetStore
+    from metatune.env.device import local_fingerprint
 
     sampled = collections.defaultdict(list)
     for line in log.read_text().splitlines():

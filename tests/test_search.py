@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from metatune.tune import bo
+from metatune.search import bo
 
 torch.set_num_threads(1)
 
@@ -98,9 +98,9 @@ def test_diverse_top_spreads_over_groups_and_fills_up():
 def _driven(workload: str, target, cost_model, q: int, trials: int, **settings):
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.tune.search import BatchBO
-    from metatune.tvm_setup import import_tensor_intrinsics
-    from metatune.workloads import resolve_workload
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.search.batch_bo import BatchBO
+    from metatune.workload.operators import resolve_workload
 
     import_tensor_intrinsics()
     strategy = BatchBO(seed=0, **settings)
@@ -172,7 +172,7 @@ def test_resume_from_database_proposes_only_unmeasured_configurations(target):
         secs = [1e10] if i % 5 == 0 else [_fake_latency(m)]  # MetaSchedule's record of a failed run
         database.commit_tuning_record(TuningRecord(m.sch.trace, workload, secs, target, m.args_info))
 
-    from metatune.tune.search import BatchBO
+    from metatune.search.batch_bo import BatchBO
 
     strategy = BatchBO(seed=1)
     ctx2 = ms.TuneContext(mod=ctx.mod, target=target, space_generator="post-order-apply",
@@ -198,7 +198,7 @@ def test_gp_failure_falls_back_to_the_cost_model_with_a_warning(target, monkeypa
         raise RuntimeError("degenerate data")
 
     monkeypatch.setattr(bo, "fit_surrogate", broken)
-    with caplog.at_level(logging.WARNING, logger="metatune.tune.search"):
+    with caplog.at_level(logging.WARNING, logger="metatune.search.batch_bo"):
         mcs = _run_batch(ctx)
     assert len({str(m.sch.trace) for m in mcs}) == 8
     assert strategy.stats.fallbacks == 1 and strategy.stats.prior_batches == 2
@@ -229,11 +229,11 @@ def tuned(tmp_path_factory, target):
     """Tune dense 64^3 for 16 trials, then resume the same database for 8 more."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.measure import Measurer, MeasureSettings
-    from metatune.space import DesignSpaces, SearchSpace
-    from metatune.tune.search import BatchBO
-    from metatune.tvm_setup import import_tensor_intrinsics, detach_unnamed_meta_schedule_log_handlers
-    from metatune.workloads import resolve_workload
+    from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
+    from metatune.measure.measurer import Measurer, MeasureSettings
+    from metatune.search.batch_bo import BatchBO
+    from metatune.space.knob_space import DesignSpaces, SearchSpace
+    from metatune.workload.operators import resolve_workload
 
     import_tensor_intrinsics()
     workload = resolve_workload("dense:m=64,n=64,k=64")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from metatune.data.card import compute_counts, read_card
-from metatune.data.store import DatasetStore
+from metatune.dataset.card import compute_counts, read_card
+from metatune.dataset.store import DatasetStore
 
 SHIPPED = Path(__file__).parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
 

@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 import tvm
 
-from metatune.space import CATEGORICAL, COMPUTE_LOCATION, TILE, Candidate, Config, KnobSpace, perfect_tilings
-from metatune.workloads import FAMILIES
+from metatune.space.knob_space import (
+    CATEGORICAL,
+    COMPUTE_LOCATION,
+    TILE,
+    Candidate,
+    Config,
+    KnobSpace,
+    perfect_tilings,
+)
+from metatune.workload.operators import FAMILIES
 
 from .conftest import SMALL_SHAPES
 from .conftest import local_target as target
@@ -72,7 +80,7 @@ def _quick(config: Config, ks: KnobSpace) -> Config:
 
 @pytest.mark.parametrize("family", sorted(f for f in SMALL if f != "conv2d_winograd"))
 def test_sampled_configurations_compile_and_compute_correctly(family):
-    from metatune.check import check_schedule
+    from metatune.measure.check import check_schedule
 
     space = search_space(family)
     rng = np.random.default_rng(11)
@@ -90,7 +98,7 @@ def test_winograd_candidates_are_correct_or_typed_wrong_results_never_timed():
     """MetaSchedule miscompiles some winograd schedules, and which ones depends on the target's
     vector width: every candidate is either checked correct and timed, or reported as
     `wrong_result` without a time, whatever the machine."""
-    from metatune.measure import FailureKind, Measurer, MeasureSettings
+    from metatune.measure.measurer import FailureKind, Measurer, MeasureSettings
 
     space = search_space("conv2d_winograd")
     rng = np.random.default_rng(11)

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from metatune import MetatuneError
-from metatune.cli import app
-from metatune.data.store import DatasetStore
-from metatune.training import load_config
+from metatune.cli.main import app
+from metatune.dataset.store import DatasetStore
+from metatune.learn.train import load_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from metatune.data.graphs import EncodedWorkload, FeatureStats, GraphBuilder
+from metatune.cost_model.gcn import CostModel, ModelConfig
+from metatune.encode.graphs import EncodedWorkload, FeatureStats, GraphBuilder
 from metatune.encode.supergraph import Template
-from metatune.evaluate import EvalConfig, evaluate, gcn_adapter
-from metatune.meta import MAMLConfig, PretrainConfig, adapt, meta_train, pairwise_rank_loss, pretrain
-from metatune.metrics import pairwise_accuracy, peak_score
-from metatune.model import CostModel, ModelConfig
+from metatune.learn.evaluate import EvalConfig, evaluate, gcn_adapter
+from metatune.learn.maml import MAMLConfig, PretrainConfig, adapt, meta_train, pairwise_rank_loss, pretrain
+from metatune.learn.metrics import pairwise_accuracy, peak_score
 
 
 @pytest.fixture(scope="module")

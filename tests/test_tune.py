@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from metatune.tune.tuner import measured_latencies, warm_start
-from metatune.workloads import Workload
+from metatune.workload.operators import Workload
 
 SMALL = "dense:m=64,n=64,k=64"
 ZOO = Path(__file__).parents[1] / "zoo"
@@ -17,7 +17,7 @@ ZOO = Path(__file__).parents[1] / "zoo"
 def tune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-m", "metatune.cli", "tune", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "metatune", "tune", *args], capture_output=True, text=True,
                           timeout=900, env={**os.environ, **(env or {})})
 
 
@@ -25,7 +25,7 @@ def trial_keys(db: Path) -> list[str]:
     """The configuration of every trial in the database (printed trace up to the postprocessors)."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from metatune.data.store import config_key
+    from metatune.dataset.store import config_key
 
     db_obj = JSONDatabase(work_dir=str(db))
     return [config_key(r.trace) for r in db_obj.get_all_tuning_records()]
@@ -88,8 +88,8 @@ def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
 def test_task_without_design_space_is_a_clear_error(target):
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.space import DesignSpaces, SpaceError
-    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.space.knob_space import DesignSpaces, SpaceError
 
     import_tensor_intrinsics()
     context = ms.TuneContext(mod=Workload.parse(SMALL).irmodule(), target=target, space_generator="post-order-apply",
@@ -103,7 +103,7 @@ def test_checkpoint_of_another_device_warns_what_happens(tmp_path):
     import shutil
     import warnings
 
-    from metatune.device import local_fingerprint
+    from metatune.env.device import local_fingerprint
     from metatune.tune.tuner import resolve_checkpoint
     from metatune.zoo import read_index
 
@@ -128,7 +128,7 @@ def test_meta_schedule_loggers_survive_unnamed_handlers(tmp_path):
 
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 
-    from metatune.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+    from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
 
     tvm_logger = logging.getLogger("tvm.s_tir.meta_schedule")
     unnamed = logging.NullHandler()

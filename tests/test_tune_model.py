@@ -15,7 +15,7 @@ needs_zoo = pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shi
 
 
 def tune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune.cli", "tune", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "metatune", "tune", *args], capture_output=True, text=True,
                           timeout=900)
 
 
@@ -62,8 +62,8 @@ def structure(func) -> tuple[list, list]:
 @pytest.fixture(scope="module")
 def resnet18(target):
     """ResNet-18 through Relax and its tasks, imported once for the tests below."""
-    from metatune.models import get_model
-    from metatune.tune.relax_model import extract_tasks, import_model
+    from metatune.workload.networks import get_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     model = import_model(get_model("resnet18"))
     return model, extract_tasks(model.mod, target)
@@ -90,7 +90,7 @@ def test_fused_families_are_the_programs_relax_extracts(resnet18):
     from torch import nn
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from metatune.workloads import Workload
+    from metatune.workload.operators import Workload
 
     model, tasks = resnet18
     conv_layout = {tuple(m.weight.shape): (m.stride[0], m.padding[0])
@@ -138,15 +138,15 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target):
     by XGBModel; a task wrongly routed to metatune moves to XGBModel, with the reason."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.device import local_fingerprint
     from metatune.encode.supergraph import GraphEncoder
-    from metatune.models import get_model
-    from metatune.space import DesignSpaces
-    from metatune.tune.cost_model import MetaTuneCostModel
+    from metatune.env.device import local_fingerprint
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.search.online_model import MetaTuneCostModel
+    from metatune.space.knob_space import DesignSpaces
     from metatune.tune.fallback import RoutedCostModel, uncovered_reason
-    from metatune.tune.relax_model import extract_tasks, import_model
     from metatune.tune.tuner import resolve_checkpoint
-    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.workload.networks import get_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     import_tensor_intrinsics()  # before the first TuneContext, which would import them the slow way
     tasks = {t.task_name: t for t in extract_tasks(import_model(get_model("tinycnn")).mod, target)}
@@ -207,13 +207,13 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
     encodable tasks' to metatune's (its predictions move), the others' to XGBModel."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.device import local_fingerprint
-    from metatune.models import get_model
-    from metatune.tune.cost_model import MetaTuneCostModel
+    from metatune.env.device import local_fingerprint
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.search.online_model import MetaTuneCostModel
     from metatune.tune.fallback import RoutedCostModel
-    from metatune.tune.relax_model import extract_tasks, import_model
     from metatune.tune.tuner import measured_latencies, resolve_checkpoint, warm_start
-    from metatune.tvm_setup import import_tensor_intrinsics
+    from metatune.workload.networks import get_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     db, _, _, res = tinycnn_run
     assert res.returncode == 0, res.stderr

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from metatune.workloads import FAMILIES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
+from metatune.workload.operators import FAMILIES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
 
 from .conftest import SMALL_SHAPES
 

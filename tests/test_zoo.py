@@ -16,9 +16,8 @@ import yaml
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from metatune import MetatuneError
-from metatune import zoo
-from metatune.device import DeviceFingerprint
+from metatune import MetatuneError, zoo
+from metatune.env.device import DeviceFingerprint
 from metatune.zoo import ChecksumError, NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
 
 TV = "test-template-1"
@@ -346,7 +345,7 @@ def test_the_shipped_zoo_verifies_with_this_code():
 
 # -- CLI --------------------------------------------------------------------------------------
 
-from metatune.cli import app  # noqa: E402  (the real CLI, zoo commands included)
+from metatune.cli.main import app  # noqa: E402  (the real CLI, zoo commands included)
 
 
 def cli(*args: str):
@@ -354,7 +353,7 @@ def cli(*args: str):
 
 
 def assert_user_error(result, fragment: str) -> None:
-    """What metatune.cli.main turns into one line on stderr and exit status 2."""
+    """What metatune.cli.main.main turns into one line on stderr and exit status 2."""
     assert isinstance(result.exception, MetatuneError), result.output
     assert fragment in str(result.exception)
 

@@ -11,14 +11,14 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from .runner import BenchProgress, read_result, write_json
+from metatune.bench.harness import BenchProgress, read_result, write_json
 
 
 def run_model_bench(model: str, trials_total: int, strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
                     progress: BenchProgress | None = None, target: str | None = None) -> None:
     """Each (strategy, repeat) tunes the model to `trials_total` trials; finished runs are skipped."""
-    from ..tune.model_tuner import check_request, tune_model
+    from metatune.tune.model_tuner import check_request, tune_model
 
     for strategy in strategies:
         check_request(model, strategy)  # one-line errors before anything is measured

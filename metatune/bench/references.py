@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..workloads import Workload
+from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runner import REFERENCES_FILE
+from metatune.bench.harness import REFERENCES_FILE
 
 BASELINE = "xgb"
 RESULTS_FILE = "results.csv"
@@ -100,7 +100,7 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
 
 
 def _flops(run: Run) -> float:
-    from ..workloads import Workload
+    from metatune.workload.operators import Workload
 
     return float(Workload.parse(run.data["workload"]).flops)
 

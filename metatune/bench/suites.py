@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import MetatuneError
-from ..workloads import RESNET18_NAMES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
+from metatune import MetatuneError
+from metatune.workload.operators import RESNET18_NAMES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED, Access, LoopGraphError, LoopProgram
+from metatune.encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED, Access, LoopGraphError, LoopProgram
 
 if TYPE_CHECKING:
-    from ..space import Candidate, DesignSpaces
+    from metatune.space.knob_space import Candidate, DesignSpaces
 
 NUM_BUFFER_SLOTS = 4
 LOOP_FEATURES = (

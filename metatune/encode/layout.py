@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .features import NUM_FEATURES
+from metatune.encode.features import NUM_FEATURES
 
 if TYPE_CHECKING:
     import torch

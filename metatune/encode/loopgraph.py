@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import MetatuneError
+from metatune import MetatuneError
 
 if TYPE_CHECKING:
     import tvm

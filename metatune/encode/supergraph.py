@@ -55,16 +55,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from .. import MetatuneError
-from . import layout
-from .features import FEATURE_NAMES, loop_features, owners
-from .loopgraph import Block, LoopProgram, extract
+from metatune import MetatuneError
+from metatune.encode import layout
+from metatune.encode.features import FEATURE_NAMES, loop_features, owners
+from metatune.encode.loopgraph import Block, LoopProgram, extract
 
 if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
-    from ..space import Candidate, SearchSpace
+    from metatune.space.knob_space import Candidate, SearchSpace
 
 TEMPLATE_FORMAT = 1
 TEMPLATE_PATH = Path(__file__).with_name("template.json")
@@ -547,9 +547,9 @@ def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_
 
 def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSpace"]]:
     """(task name, knob spaces) of every task Relax extracts from a network for `target`."""
-    from ..models import get_model
-    from ..space import DesignSpaces, SearchSpace
-    from ..tune.relax_model import extract_tasks, import_model, task_context
+    from metatune.space.knob_space import DesignSpaces, SearchSpace
+    from metatune.workload.networks import get_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model, task_context
 
     tasks = extract_tasks(import_model(get_model(model_name)).mod, target)
     return [(t.task_name, SearchSpace(DesignSpaces.from_context(task_context(t, target)))) for t in tasks]
@@ -563,10 +563,10 @@ def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_p
     targets do not). Nothing is compiled to machine code, so every class is probed on any host."""
     import tvm
 
-    from ..space import DesignSpaces, SearchSpace
-    from ..target import CPU_TARGET_CLASSES
-    from ..tvm_setup import import_tensor_intrinsics
-    from ..workloads import Workload
+    from metatune.env.target import CPU_TARGET_CLASSES
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.space.knob_space import DesignSpaces, SearchSpace
+    from metatune.workload.operators import Workload
 
     import_tensor_intrinsics()
     rng = np.random.default_rng(seed)
@@ -728,7 +728,7 @@ def describe(enc: EncodedProgram) -> list[str]:
     """One line per loop, indented by nesting: slot, loop name, [extent], kind, unroll pragma,
     top-down/bottom-up products and per buffer of its owner block touch/reuse/stride (features
     are shown un-logged, 2**x - 1)."""
-    from .features import NUM_BUFFER_SLOTS, buffer_slots
+    from metatune.encode.features import NUM_BUFFER_SLOTS, buffer_slots
 
     kinds = {0: "serial", 1: "parallel", 2: "vector", 3: "unroll", 4: "thread"}
     col = {n: i for i, n in enumerate(FEATURE_NAMES)}

@@ -1,1 +1,2 @@
-"""Tuning with MetaSchedule: metatune's cost model, the BatchBO search strategy, and the tuner."""
+"""Tuning: wires a workload or a whole Relax model to MetaSchedule with the chosen search strategy, cost
+model and runner, and reports verified results."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..check import WrongResultError, output_error
+from metatune.measure.check import WrongResultError, output_error
 
 if TYPE_CHECKING:
     import torch

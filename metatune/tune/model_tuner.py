@@ -19,17 +19,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import MetatuneError
-from ..models import get_model
-from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
-from .logs import set_meta_schedule_console
-from .tuner import (measure_seconds, measured_latencies, prepare, progress_callback, search_seconds, strategy_parts,
-                    warm_start)
+from metatune import MetatuneError
+from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.tune.logs import set_meta_schedule_console
+from metatune.tune.tuner import (
+    measure_seconds,
+    measured_latencies,
+    prepare,
+    progress_callback,
+    search_seconds,
+    strategy_parts,
+    warm_start,
+)
+from metatune.workload.networks import get_model
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
 
-    from ..models import ModelSpec
+    from metatune.workload.networks import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +94,9 @@ def _best_us(latencies: list[float | None]) -> float | None:
 
 def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
     """Task name -> why metatune's cost model cannot encode it (None when it can)."""
-    from ..encode.supergraph import GraphEncoder
-    from .fallback import uncovered_reason
-    from .relax_model import task_context
+    from metatune.encode.supergraph import GraphEncoder
+    from metatune.tune.fallback import uncovered_reason
+    from metatune.workload.relax_tasks import task_context
 
     encoder = GraphEncoder()
     out = {}
@@ -108,7 +115,7 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    from .relax_model import task_context
+    from metatune.workload.relax_tasks import task_context
 
     set_meta_schedule_console(verbose)
     detach_unnamed_meta_schedule_log_handlers()
@@ -134,7 +141,7 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     XGBModel (through RoutedCostModel) and EvolutionarySearch."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .fallback import RoutedCostModel
+    from metatune.tune.fallback import RoutedCostModel
 
     cost_model, search = strategy_parts(strategy, setup, seed)
     tuners = {t.task_name: strategy for t in tasks}
@@ -159,8 +166,8 @@ def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tu
     """(compile seconds, max relative error against PyTorch, TVM ms, PyTorch ms)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from . import model_runtime
-    from .relax_model import compile_model
+    from metatune.tune import model_runtime
+    from metatune.workload.relax_tasks import compile_model
 
     t0 = time.perf_counter()
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
@@ -182,7 +189,7 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .relax_model import extract_tasks, import_model
+    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     start = time.perf_counter()
     spec = check_request(model_name, strategy)

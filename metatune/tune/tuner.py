@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import MetatuneError
-from ..fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
-from ..measure import median_latency, successful_run_seconds
-from ..tvm_setup import detach_unnamed_meta_schedule_log_handlers
-from ..workloads import Workload
-from .logs import set_meta_schedule_console
+from metatune import MetatuneError
+from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
+from metatune.measure.measurer import median_latency, successful_run_seconds
+from metatune.tune.logs import set_meta_schedule_console
+from metatune.workload.operators import Workload
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 
@@ -79,7 +79,7 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
 
 def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, list[str]]:
     """The trained model to tune with: `auto` resolves the zoo for this device."""
-    from .cost_model import load_from_zoo, load_trained
+    from metatune.search.online_model import load_from_zoo, load_trained
 
     notes: list[str] = []
     if checkpoint != "auto":
@@ -93,7 +93,7 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
                 warnings.warn(note, stacklevel=2)
                 notes.append(note)
         return trained, str(checkpoint), notes
-    from ..zoo import ZooWarning, default_zoo_dir, resolve
+    from metatune.zoo import ZooWarning, default_zoo_dir, resolve
 
     zoo_dir = default_zoo_dir()
     if not (zoo_dir / INDEX_FILE).exists():
@@ -156,9 +156,9 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
         raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if trials < 1:
         raise MetatuneError("--trials must be >= 1")
-    from ..measure import Measurer, MeasureSettings
-    from ..runners import make_runner
-    from ..tvm_setup import import_tensor_intrinsics
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.measure.measurer import Measurer, MeasureSettings
+    from metatune.measure.runners import make_runner
 
     import_tensor_intrinsics()
     settings = MeasureSettings(verify=False)
@@ -168,7 +168,7 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     if strategy in ("metatune", "gradient"):
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
     elif strategy == "xgb-transfer":
-        from .transfer import TransferredXGB, default_dataset_dir
+        from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
 
         setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
     return setup
@@ -182,14 +182,14 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
         return setup.transfer.fresh(), "evolutionary"
     if strategy == "random":
         return "random", "replay-trace"
-    from .cost_model import MetaTuneCostModel
+    from metatune.search.online_model import MetaTuneCostModel
 
     if strategy == "gradient":
-        from ..gradient.search import GradientSearch
+        from metatune.search.gradient.search import GradientSearch
 
         cost_model = MetaTuneCostModel(setup.trained)
         return cost_model, GradientSearch(cost_model, seed=seed)
-    from .search import BatchBO
+    from metatune.search.batch_bo import BatchBO
 
     return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
 
@@ -203,8 +203,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
-    from ..check import check_schedule
-    from ..space import DesignSpaces
+    from metatune.measure.check import check_schedule
+    from metatune.space.knob_space import DesignSpaces
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
     tvm_target, measurer = setup.target, setup.measurer

@@ -14,15 +14,25 @@ Weights are only ever read with safetensors (no pickle), and the sha256 is check
 very bytes that are then deserialised, so a file swapped after the check cannot be loaded.
 """
 
-from ..fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
-from .cards import read_run_card, read_zoo_card, render_readme
-from .errors import ChecksumError, NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
-from .hub import check_hf_repo, pull_from_hub, push_to_hub, require_hf_hub
-from .index import README_FILE, TRAIN_HINT, ZOO_ENV, ZooEntry, default_zoo_dir, describe, get_entry, parse_id, read_index
-from .publishing import publish
-from .resolution import Resolution, fingerprint_from_id, resolve
-from .verification import VerifyReport, load_checkpoint, verify
-from .weights import load_weights
+from metatune.fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
+from metatune.zoo.cards import read_run_card, read_zoo_card, render_readme
+from metatune.zoo.errors import ChecksumError, NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
+from metatune.zoo.hub import check_hf_repo, pull_from_hub, push_to_hub, require_hf_hub
+from metatune.zoo.index import (
+    README_FILE,
+    TRAIN_HINT,
+    ZOO_ENV,
+    ZooEntry,
+    default_zoo_dir,
+    describe,
+    get_entry,
+    parse_id,
+    read_index,
+)
+from metatune.zoo.publishing import publish
+from metatune.zoo.resolution import Resolution, fingerprint_from_id, resolve
+from metatune.zoo.verification import VerifyReport, load_checkpoint, verify
+from metatune.zoo.weights import load_weights
 
 __all__ = [
     "CARD_FILE", "INDEX_FILE", "README_FILE", "TRAIN_HINT", "WEIGHTS_FILE", "ZOO_ENV",

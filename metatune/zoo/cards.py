@@ -8,10 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..device import DeviceFingerprint
-from ..fileio import CARD_FILE
-from .errors import ZooError
-from .index import _SAFE_ID_RE, ZooEntry
+from metatune.env.device import DeviceFingerprint
+from metatune.fileio import CARD_FILE
+from metatune.zoo.errors import ZooError
+from metatune.zoo.index import _SAFE_ID_RE, ZooEntry
 
 RUN_CARD_FIELDS = ("device", "template_version", "dataset", "train_config", "metrics", "versions", "created",
                    "train_wall_s")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import MetatuneError
-from ..fileio import INDEX_FILE
+from metatune import MetatuneError
+from metatune.fileio import INDEX_FILE
 
 
 class ZooError(MetatuneError):

@@ -8,11 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..fileio import CARD_FILE, WEIGHTS_FILE
-from .errors import ChecksumError, ZooError
-from .index import ZooEntry, default_zoo_dir, read_index
-from .publishing import publish
-from .weights import sha256
+from metatune.fileio import CARD_FILE, WEIGHTS_FILE
+from metatune.zoo.errors import ChecksumError, ZooError
+from metatune.zoo.index import ZooEntry, default_zoo_dir, read_index
+from metatune.zoo.publishing import publish
+from metatune.zoo.weights import sha256
 
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..fileio import INDEX_FILE, WEIGHTS_FILE, write_atomic
-from .errors import ZooError
+from metatune.fileio import INDEX_FILE, REPO_ROOT, WEIGHTS_FILE, write_atomic
+from metatune.zoo.errors import ZooError
 
 README_FILE = "README.md"
 ZOO_ENV = "METATUNE_ZOO"
@@ -24,13 +24,13 @@ _SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 def default_zoo_dir() -> Path:
     """$METATUNE_ZOO, else the `zoo/` shipped at the repository root next to the package."""
     env = os.environ.get(ZOO_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "zoo"
+    return Path(env) if env else REPO_ROOT / "zoo"
 
 
 def code_template_version() -> str:
     """The super-graph template version of the installed encoder (imported lazily: it pulls TVM)."""
     try:
-        from ..encode import TEMPLATE_VERSION
+        from metatune.encode import TEMPLATE_VERSION
     except ImportError as err:
         raise ZooError(f"cannot read the encoder's template version (metatune.encode.TEMPLATE_VERSION): {err}") from err
     return str(TEMPLATE_VERSION)

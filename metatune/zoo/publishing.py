@@ -9,14 +9,14 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
-from ..device import DeviceFingerprint
-from ..fileio import CARD_FILE, WEIGHTS_FILE
-from . import index
-from .cards import metrics_summary, read_run_card, render_readme
-from .errors import TemplateVersionError, ZooError
-from .index import _VERSION_RE, README_FILE, ZooEntry, _locked, read_index, version_number, write_index
-from .weights import load_weights, sha256
+from metatune import __version__
+from metatune.env.device import DeviceFingerprint
+from metatune.fileio import CARD_FILE, WEIGHTS_FILE
+from metatune.zoo import index
+from metatune.zoo.cards import metrics_summary, read_run_card, render_readme
+from metatune.zoo.errors import TemplateVersionError, ZooError
+from metatune.zoo.index import _VERSION_RE, README_FILE, ZooEntry, _locked, read_index, version_number, write_index
+from metatune.zoo.weights import load_weights, sha256
 
 
 def publish(run_dir: Path, root: Path | None = None, *, template_version: str | None = None) -> ZooEntry:

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..device import AMD_CLASSES, X86_CLASS_ORDER, X86_ISA_CLASSES, DeviceFingerprint
-from . import index
-from .errors import NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
-from .index import TRAIN_HINT, ZooEntry, describe, read_index
+from metatune.env.device import AMD_CLASSES, X86_CLASS_ORDER, X86_ISA_CLASSES, DeviceFingerprint
+from metatune.zoo import index
+from metatune.zoo.errors import NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
+from metatune.zoo.index import TRAIN_HINT, ZooEntry, describe, read_index
 
 _X86_ORDER = list(X86_CLASS_ORDER)
 _INTEL_ORDER = [name for name, _ in X86_ISA_CLASSES]
@@ -83,7 +83,7 @@ def resolve(device: DeviceFingerprint | str | None = None, root: Path | None = N
     """
     root = Path(root) if root is not None else index.default_zoo_dir()
     if device is None:
-        from ..device import local_fingerprint
+        from metatune.env.device import local_fingerprint
 
         device = local_fingerprint()
     elif isinstance(device, str):

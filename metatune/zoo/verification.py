@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..device import DeviceFingerprint
-from ..fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
-from . import index
-from .cards import read_zoo_card
-from .errors import ChecksumError, TemplateVersionError, ZooError
-from .index import _VERSION_RE, README_FILE, ZooEntry, get_entry, read_index
-from .weights import load_weights, sha256
+from metatune.env.device import DeviceFingerprint
+from metatune.fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
+from metatune.zoo import index
+from metatune.zoo.cards import read_zoo_card
+from metatune.zoo.errors import ChecksumError, TemplateVersionError, ZooError
+from metatune.zoo.index import _VERSION_RE, README_FILE, ZooEntry, get_entry, read_index
+from metatune.zoo.weights import load_weights, sha256
 
 if TYPE_CHECKING:
     import torch

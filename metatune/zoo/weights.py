@@ -7,7 +7,7 @@ import json
 import struct
 from typing import TYPE_CHECKING
 
-from .errors import ZooError
+from metatune.zoo.errors import ZooError
 
 if TYPE_CHECKING:
     import torch

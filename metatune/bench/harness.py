@@ -1,0 +1,198 @@
+"""Run every strategy on every workload of a suite, side by side, resumably.
+
+Layout of the output directory (everything is re-derivable from `runs/`):
+  runs/<workload>/<strategy>-r<repeat>/      the MetaSchedule JSON database of one tuning run
+  runs/<workload>/<strategy>-r<repeat>.json  its `TuneResult` (+ bench fields)
+  references.json                            PyTorch eager per workload, fp32 peak
+  results.csv, table.md, curves.png          written by `report` after every run
+
+Order: repeat → workload → strategies, the strategy order rotated per workload, so that drift
+in the machine's speed hits every strategy alike. A run that already reached the largest budget
+is skipped; a shorter one continues from its database (and is marked `resumed`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from metatune import MetatuneError
+from metatune.bench.references import fp32_peak_gflops, torch_reference
+from metatune.bench.suites import BenchWorkload, load_suite
+from metatune.fileio import write_atomic
+from metatune.tune.tuner import STRATEGIES
+
+REFERENCES_FILE = "references.json"
+TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
+
+
+@dataclass
+class BenchConfig:
+    suite: str
+    budgets: list[int]
+    strategies: list[str]
+    repeats: int = 1
+    out: Path = Path("runs/bench")
+    checkpoint: str = "auto"
+    runner: str = "local"
+    trials_per_iter: int = 16
+    references: bool = True
+    target: str | None = None  # a --target text; None: this machine
+
+    def __post_init__(self) -> None:
+        if not self.budgets or any(b < 1 for b in self.budgets):
+            raise MetatuneError(f"--budgets must be positive trial counts, got {self.budgets}")
+        self.budgets = sorted(set(self.budgets))
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown or not self.strategies:
+            raise MetatuneError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
+        if self.repeats < 1:
+            raise MetatuneError("--repeats must be >= 1")
+
+    @property
+    def max_trials(self) -> int:
+        return self.budgets[-1]
+
+
+@dataclass(frozen=True)
+class RunKey:
+    workload: str
+    strategy: str
+    repeat: int
+
+    def db_dir(self, out: Path) -> Path:
+        return out / "runs" / self.workload / f"{self.strategy}-r{self.repeat}"
+
+    def result_path(self, out: Path) -> Path:
+        return out / "runs" / self.workload / f"{self.strategy}-r{self.repeat}.json"
+
+
+def plan(suite: list[BenchWorkload], strategies: list[str], repeats: int) -> list[tuple[BenchWorkload, RunKey]]:
+    """Every (workload, strategy, repeat), interleaved: the strategy order rotates per workload."""
+    order = []
+    for repeat in range(repeats):
+        for i, bench_workload in enumerate(suite):
+            shift = (i + repeat) % len(strategies)
+            for strategy in strategies[shift:] + strategies[:shift]:
+                order.append((bench_workload, RunKey(bench_workload.name, strategy, repeat)))
+    return order
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace a result file atomically: an interrupted bench must not leave a torn one to resume from."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+@dataclass
+class BenchProgress:
+    """Trials done over the whole bench, for one progress bar."""
+
+    total: int
+    done: int = 0
+    status: str = ""
+    listeners: list[Callable[["BenchProgress"], None]] = field(default_factory=list)
+
+    def set(self, done: int, status: str) -> None:
+        self.done, self.status = done, status
+        for listener in self.listeners:
+            listener(self)
+
+
+def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
+              echo: Callable[[str], None] = print, after_run: Callable[[], None] | None = None) -> None:
+    """Execute the plan; results land in `config.out` as they are produced."""
+    from metatune.tune.tuner import tune_workload
+
+    suite = load_suite(config.suite)
+    runs = plan(suite, config.strategies, config.repeats)
+    threads = _tvm_threads()
+    references = _load_references(config.out)
+    if config.references and "fp32_peak_gflops" not in references:
+        echo(f"measuring the fp32 peak ({threads} threads, matmul)")
+        references["fp32_peak_gflops"] = fp32_peak_gflops(threads)
+        references["threads"] = threads
+        write_json(config.out / REFERENCES_FILE, references)
+    transfer = None
+    earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
+    done_trials = {key: int(r["trials"]) if r else 0 for key, r in earlier_results.items()}
+    progress = progress or BenchProgress(total=len(runs) * config.max_trials)
+    offset = sum(min(t, config.max_trials) for t in done_trials.values())
+    progress.set(offset, "")
+    for bench_workload, key in runs:
+        if done_trials[key] >= config.max_trials:
+            continue
+        if key.strategy == "xgb-transfer" and transfer is None:
+            transfer = _transfer_model(echo)
+        previous = done_trials[key]
+
+        def report(n: int, total: int, best: float, key: RunKey = key, base: int = offset - previous) -> None:
+            progress.set(base + n, f"{key.workload} [{key.strategy}] best {best:.1f} GFLOPS")
+
+        started = time.time()
+        result = tune_workload(bench_workload.workload, config.max_trials, key.strategy, key.db_dir(config.out),
+                               checkpoint=config.checkpoint, runner=config.runner,
+                               trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
+                               transfer=transfer, target=config.target).to_json()
+        result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
+                      started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
+        result = merge_segments(earlier_results[key], result)
+        write_json(key.result_path(config.out), result)
+        offset += config.max_trials - previous
+        progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
+        if config.references and bench_workload.name not in references.get("torch", {}):
+            ref = torch_reference(bench_workload.workload, threads)
+            if ref.disturbed:
+                echo(f"warning: PyTorch reference of {bench_workload.name}: two timing passes differ by "
+                     f"{ref.spread:.0%}; the machine was busy, re-measure it on an idle machine")
+            references.setdefault("torch", {})[bench_workload.name] = {"workload": str(bench_workload.workload),
+                                                                      **ref.__dict__}
+            write_json(config.out / REFERENCES_FILE, references)
+        if after_run is not None:
+            after_run()
+
+
+def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:
+    """The result of a run resumed from `earlier`: `latest` with the earlier segments' times added,
+    so that times per trial stay right. A segment killed before it wrote its result lost its
+    times: its trials count in `trials` and the curve, but not in `timed_trials`. The run keeps its
+    first segment's start time."""
+    if earlier is None:
+        return latest
+    merged = dict(latest)
+    if "started" in earlier:
+        merged["started"] = earlier["started"]
+    for name in TIMED_FIELDS:
+        merged[name] = round(float(earlier.get(name, 0.0)) + float(latest[name]), 2)
+    merged["timed_trials"] = int(earlier.get("timed_trials", earlier["trials"])) + int(latest["timed_trials"])
+    return merged
+
+
+def _load_references(out: Path) -> dict[str, Any]:
+    return read_result(out / REFERENCES_FILE) or {}
+
+
+def _tvm_threads() -> int:
+    """The thread count TVM's kernels run with, so PyTorch gets the same."""
+    from metatune.env.device import usable_cores
+    from metatune.env.tvm_setup import use_threads
+
+    return use_threads(usable_cores())
+
+
+def _transfer_model(echo: Callable[[str], None]) -> Any:
+    """xgb-transfer's pretrained XGBModel, trained once per bench on the shipped dataset."""
+    from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+    from metatune.env.device import local_fingerprint
+    from metatune.env.tvm_setup import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    fp = local_fingerprint()
+    return TransferredXGB.from_dataset(default_dataset_dir(fp.device_id), fp.tvm_target(), echo=echo)

@@ -1,0 +1,77 @@
+"""`metatune measure`: random schedules of one workload, measured for real."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from metatune.measure.measurer import Measurer, MeasureResult, MeasureSettings
+from metatune.progress import progress_bar
+from metatune.workload.operators import resolve_workload
+
+
+def run_measure(
+    text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path], runner: str = "local",
+    target_text: Optional[str] = None,
+) -> None:
+    workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
+    from metatune.measure.runners import make_runner
+    from metatune.space.knob_space import DesignSpaces
+
+    settings = MeasureSettings(verify=verify)
+    runner_obj, fingerprint = make_runner(runner, settings, target_text)  # a remote device is asked, not assumed
+    target = fingerprint.tvm_target()
+    spaces = DesignSpaces(workload, target)
+    candidates = spaces.random_candidates(count, seed=seed)
+    measurer = Measurer(target, settings, runner=runner_obj)
+    results: list[MeasureResult] = []
+    start = time.perf_counter()
+    with progress_bar() as bar:
+        task = bar.add_task(f"measure {workload.family}", total=len(candidates), status="")
+        for i in range(0, len(candidates), batch):
+            chunk = candidates[i : i + batch]
+            results += measurer.measure(workload, [c.measure_candidate() for c in chunk])
+            best = max((workload.flops / r.median_s / 1e9 for r in results if r.ok), default=0.0)
+            bar.update(task, advance=len(chunk), status=f"best {best:.1f} GFLOPS")
+    wall = time.perf_counter() - start
+    failures = collections.Counter(r.failure.value for r in results if r.failure)
+    ok = [r for r in results if r.ok]
+    best_s = min((r.median_s for r in ok), default=float("inf"))
+    summary = {
+        "workload": str(workload),
+        "device_id": fingerprint.device_id,
+        "runner": runner,
+        "requested": count,
+        "sampled": len(candidates),
+        "measured": len(ok),
+        "failures": dict(failures),
+        "wall_s": round(wall, 2),
+        "candidates_per_min": round(len(results) / wall * 60, 1) if wall else 0.0,
+        "best_latency_us": round(best_s * 1e6, 2) if ok else None,
+        "best_gflops": round(workload.flops / best_s / 1e9, 2) if ok else None,
+        "time_split_s": {k: round(v, 2) for k, v in measurer.timings.items()},
+    }
+    typer.echo(
+        f"{workload}: {len(ok)}/{len(results)} measured in {wall:.1f} s "
+        f"({summary['candidates_per_min']} candidates/min); failures: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(failures.items())) or "none")
+    )
+    if ok:
+        typer.echo(f"best: {summary['best_latency_us']} us = {summary['best_gflops']} GFLOPS")
+    if json_out is not None:
+        import json
+
+        summary["candidates"] = [
+            {
+                "space": c.space_index,
+                "latencies_s": r.latencies_s,
+                "failure": r.failure.value if r.failure else None,
+                "message": r.message,
+            }
+            for c, r in zip(candidates, results)
+        ]
+        json_out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,101 @@
+"""`metatune tune`: one operator or a whole model, live progress, a JSON result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import ContextManager, Optional
+
+import typer
+
+from metatune import MetatuneError
+from metatune.progress import progress_bar
+from metatune.tune.logs import WARNINGS_FILE, log_dir, warnings_to_file
+from metatune.workload.operators import resolve_workload
+
+
+def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
+    """A run folder named by strategy, workload (or model) and target, the same in every process,
+    so that re-running a command without --db resumes it."""
+    key = hashlib.sha256(f"{what}|{target or 'host'}".encode()).hexdigest()[:10]
+    return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{key}"
+
+
+def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
+    """Unless verbose, say once where MetaSchedule's logs go and keep Python's warnings there too,
+    so that the console shows only the progress line and the result."""
+    if verbose:
+        return nullcontext()
+    logs = log_dir(db_dir)
+    typer.echo(f"logs: {logs} (MetaSchedule's task tables, Python warnings; -v prints them here)", err=True)
+    return warnings_to_file(logs / WARNINGS_FILE)
+
+
+def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
+             db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
+             target: Optional[str] = None, verbose: bool = False) -> None:
+    if (workload_text is None) == (model is None):
+        raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
+    if model is not None:
+        run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
+                       verbose)
+        return
+    workload = resolve_workload(workload_text)
+    from metatune.tune.tuner import tune_workload
+
+    db_dir = db or default_db_dir(strategy, str(workload), target)
+    with quiet_console(db_dir, verbose), progress_bar() as bar:
+        task = bar.add_task(f"tune {workload.family} [{strategy}]", total=trials, status="")
+
+        def report(done: int, total: int, best_gflops: float) -> None:
+            bar.update(task, completed=done, status=f"best {best_gflops:.1f} GFLOPS")
+
+        result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
+                               trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
+                               verbose=verbose)
+        bar.update(task, completed=result.trials)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(
+        f"{result.workload} [{result.strategy}]: {result.trials} trials, best {result.best_latency_us} us = "
+        f"{result.best_gflops} GFLOPS (verified against NumPy: {result.verified}); wall {result.wall_s} s, "
+        f"search {result.search_s} s, measure {result.measure_s} s; database {db_dir}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+
+
+def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
+                   trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
+                   verbose: bool = False) -> None:
+    """`--model NAME`: every task of the network shares the `--trials` budget."""
+    from metatune.tune.model_tuner import check_request, tune_model
+
+    check_request(model, strategy)
+    db_dir = db or default_db_dir(strategy, f"model-{model}", target)
+    with quiet_console(db_dir, verbose), progress_bar() as bar:
+        task = bar.add_task(f"tune {model} [{strategy}]", total=trials, status="")
+
+        def report(done: int, total: int, status: str) -> None:
+            bar.update(task, completed=done, status=status)
+
+        result = tune_model(model, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
+                            trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
+                            verbose=verbose)
+        bar.update(task, completed=result.trials)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    width = max(len(t.name) for t in result.tasks)
+    typer.echo(f"{'task':<{width}}  weight  tuner         trials  best (us)")
+    for t in result.tasks:
+        typer.echo(f"{t.name:<{width}}  {t.weight:>6}  {t.tuner:<12}  {t.trials:>6}  {t.best_latency_us}")
+    typer.echo(
+        f"{result.model} [{result.strategy}]: {result.trials} trials over {len(result.tasks)} tasks; "
+        f"TVM {result.model_latency_ms} ms vs PyTorch eager {result.torch_latency_ms} ms ({result.threads} threads; "
+        f"verified against PyTorch: max relative error {result.max_rel_error:.1e}); wall {result.wall_s} s, "
+        f"tuning {result.tune_s} s, compile {result.compile_s} s; database {db_dir}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(result.to_json(), indent=2) + "\n")

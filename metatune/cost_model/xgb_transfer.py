@@ -1,0 +1,138 @@
+"""`xgb-transfer`: TVM's XGBModel warm-started on the training split of a measured dataset.
+
+This is how a MetaSchedule user transfers a cost model across workloads: the model's feature
+groups are filled with every training workload's records, its booster is trained on them, and
+tuning then appends the new workload's measurements as one more group (retraining after every
+batch, so the new workload is really learnt and not drowned by the adaptive-training threshold).
+
+The PerStoreFeature vectors of the training records are cached per workload as `.npz` (no pickle:
+TVM's own `XGBModel.save/load` round-trips through `np.load(allow_pickle=True)`, which we avoid).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from metatune import MetatuneError
+from metatune.dataset.store import DatasetStore, WorkloadStore
+from metatune.fileio import REPO_ROOT, write_atomic
+from metatune.measure.measurer import median_latency
+
+logger = logging.getLogger(__name__)
+
+DATASET_ENV = "METATUNE_DATASET"
+
+
+def default_dataset_dir(device_id: str) -> Path:
+    """$METATUNE_DATASET, else the dataset shipped for this device at the repository root."""
+    env = os.environ.get(DATASET_ENV)
+    return Path(env) if env else REPO_ROOT / "datasets" / device_id
+
+
+@dataclass
+class FeatureGroup:
+    """One training workload in XGBModel's form: per-candidate store features and mean costs."""
+
+    group_hash: str
+    features: list[np.ndarray]
+    costs: np.ndarray
+
+
+def _cache_path(store: WorkloadStore, cache_dir: Path) -> Path:
+    digest = hashlib.sha256(f"{store.workload.key}/{store.num_records}".encode()).hexdigest()[:16]
+    return cache_dir / f"{store.workload.family}-{digest}.npz"
+
+
+def _extract(store: WorkloadStore, target: Any) -> FeatureGroup:
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import shash2hex
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    from metatune.cost_model.xgb import record_task
+
+    task = record_task(store, target)
+    features = [x.numpy().astype("float32") for x in PerStoreFeature().extract_from(task.context, task.candidates)]
+    costs = np.array([median_latency([float(s) for s in r.run_secs]) for r in task.results], dtype="float32")
+    return FeatureGroup(shash2hex(task.context.mod), features, costs)
+
+
+def _save(group: FeatureGroup, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, group_hash=np.array(group.group_hash), costs=group.costs,
+                        rows=np.array([len(f) for f in group.features], dtype=np.int64),
+                        features=np.concatenate(group.features, axis=0))
+    write_atomic(path, buffer.getvalue())
+
+
+def _load(path: Path) -> FeatureGroup:
+    with np.load(path, allow_pickle=False) as data:
+        offsets = np.cumsum(data["rows"])[:-1]
+        return FeatureGroup(str(data["group_hash"]), list(np.split(data["features"], offsets)), data["costs"])
+
+
+class TransferredXGB:
+    """The pretrained XGBModel state; `fresh()` hands out independent copies for each tuning run."""
+
+    def __init__(self, groups: list[FeatureGroup], booster: Any) -> None:
+        self.groups = groups
+        self.booster = booster
+
+    @classmethod
+    def from_dataset(cls, dataset_dir: Path, target: Any,
+                     echo: Callable[[str], None] = logger.info) -> "TransferredXGB":
+        stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
+        if not stores:
+            raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
+                                f"complete training workload: "
+                                f"build one with `metatune dataset build` or set ${DATASET_ENV}")
+        cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
+        groups = []
+        for store in stores:
+            path = _cache_path(store, cache_dir)
+            if not path.exists():
+                echo(f"xgb-transfer: extracting features of {store.workload} ({store.num_records} records)")
+                _save(_extract(store, target), path)
+            groups.append(_load(path))
+        model = _new_model()
+        state = _fill(model, groups)
+        state._train(xs=[f for g in groups for f in g.features],  # pylint: disable=protected-access
+                     ys=np.concatenate([g.costs.min() / g.costs for g in groups]))
+        echo(f"xgb-transfer: trained on {state.data_size} records of {len(groups)} training workloads")
+        return cls(groups, state.booster)
+
+    def fresh(self) -> Any:
+        model = _new_model()
+        state = _fill(model, self.groups)
+        state.booster = self.booster.copy()
+        state.last_train_size = state.data_size
+        return model
+
+
+def _new_model() -> Any:
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    return XGBModel(extractor=PerStoreFeature(), num_warmup_samples=0, adaptive_training=False)
+
+
+def _fill(model: Any, groups: list[FeatureGroup]) -> Any:
+    """Put the groups into the model's Python state (`_inst`: attributes set on TVM's derived-object
+    wrapper would not reach the instance whose methods run) and return that state."""
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup as TVMFeatureGroup
+
+    state = model._inst  # pylint: disable=protected-access
+    state.data = collections.OrderedDict(
+        (g.group_hash, TVMFeatureGroup(group_hash=g.group_hash, features=list(g.features), costs=g.costs.copy()))
+        for g in groups
+    )
+    state.data_size = sum(len(g.costs) for g in groups)
+    return state

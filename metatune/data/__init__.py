@@ -1,1 +1,0 @@
-"""Datasets of measured programs: specs, the record store, the builder and dataset cards."""

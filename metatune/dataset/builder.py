@@ -1,0 +1,178 @@
+"""`metatune dataset build`: sample workloads from a spec, measure random configurations.
+
+Resumable by construction: every measured or failed configuration is appended to its
+workload's store before it is counted, a re-run reads the stores back, never measures a
+recorded configuration again, and continues with the workloads that are not complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from metatune import MetatuneError, __version__
+from metatune.dataset.card import compute_counts, read_card, write_card
+from metatune.dataset.spec import DatasetSpec
+from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
+from metatune.progress import progress_bar
+from metatune.workload.operators import Workload
+
+if TYPE_CHECKING:
+    from metatune.env.device import DeviceFingerprint
+    from metatune.measure.measurer import Measurer
+
+MAX_ATTEMPTS_FACTOR = 2  # stop a workload after this many times its target in attempts
+HELD_OUT_EVERY = 5  # interleave one held-out workload after every 5 training workloads
+
+
+@dataclass
+class PlannedWorkload:
+    workload: Workload
+    split: str
+
+
+def plan(spec: DatasetSpec) -> list[PlannedWorkload]:
+    """Families round-robin and held-out workloads interleaved, so that a partial build
+    (the build takes hours and resumes across machines) already covers every family and split."""
+    by_family: dict[str, list[Workload]] = {}
+    for w in spec.training_workloads():
+        by_family.setdefault(w.family, []).append(w)
+    round_robin = [ws[i] for i in range(max(map(len, by_family.values()))) for ws in by_family.values() if i < len(ws)]
+    train = [PlannedWorkload(w, "train") for w in round_robin]
+    held = [PlannedWorkload(w, "heldout") for w in spec.held_out_workloads()]
+    order: list[PlannedWorkload] = []
+    while train or held:
+        order += train[:HELD_OUT_EVERY]
+        train = train[HELD_OUT_EVERY:]
+        if held:
+            order.append(held.pop(0))
+    return order
+
+
+def _seed(spec: DatasetSpec, workload: Workload, attempt: int) -> int:
+    digest = hashlib.sha256(f"{spec.seed}/{workload.key}/{attempt}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+class DatasetBuilder:
+    """Measures the planned workloads into a dataset directory."""
+
+    def __init__(
+        self, spec: DatasetSpec, out: Path, measurer: "Measurer", fingerprint: "DeviceFingerprint",
+        batch_size: int = 32,
+    ) -> None:
+        self.spec = spec
+        self.store = DatasetStore(out)
+        self.measurer = measurer
+        self.fingerprint = fingerprint
+        self.batch_size = batch_size
+        self._check_compatible(out)
+
+    def _check_compatible(self, out: Path) -> None:
+        card = read_card(out)
+        if card is None:
+            return
+        if card["spec_hash"] != self.spec.digest():
+            raise MetatuneError(f"{out} was built from another spec ({card['spec_name']}); use a new --out directory")
+        if card["device"]["device_id"] != self.fingerprint.device_id:
+            raise MetatuneError(
+                f"{out} holds measurements of {card['device']['device_id']}, this device is "
+                f"{self.fingerprint.device_id}; use a new --out directory"
+            )
+
+    def run(self, show_progress: bool = True) -> dict:
+        planned = plan(self.spec)
+        target = self.spec.samples_per_workload
+        stores = [self.store.open(p.workload, p.split) for p in planned]
+        done = sum(min(s.num_records, target) for s in stores)
+        start = time.perf_counter()
+        prior_wall = (read_card(self.store.dir) or {}).get("wall_s", 0.0)
+        with progress_bar() as bar:
+            task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
+            for store in stores:
+                if store.sealed:
+                    continue
+                bar.update(task, status=str(store.workload)[:60])
+                self._measure_workload(store, lambda n: bar.update(task, advance=n))
+                bar.update(task, completed=sum(min(s.num_records, target) for s in stores))
+                self._write_card(prior_wall + time.perf_counter() - start)
+        return self._write_card(prior_wall + time.perf_counter() - start)
+
+    def _measure_workload(self, store: WorkloadStore, advance) -> None:
+        from metatune.space.knob_space import DesignSpaces
+
+        target = self.spec.samples_per_workload
+        spaces = DesignSpaces(store.workload, self.measurer.target)
+        store.ensure_workload_line(spaces.mod)
+        tvm_workload = store.tvm_workload()
+        while store.num_records < target:
+            attempts = store.num_records + len(store.failures)
+            if attempts >= MAX_ATTEMPTS_FACTOR * target:
+                break
+            want = min(self.batch_size, target - store.num_records)
+            fresh = [
+                (c, k)
+                for c in spaces.random_candidates(2 * want, seed=_seed(self.spec, store.workload, attempts))
+                if (k := config_key(c.trace)) not in store.keys()
+            ][:want]
+            if not fresh:
+                break  # the space is exhausted (or nearly): keep what we have
+            measure_candidates = [c.measure_candidate() for c, _ in fresh]
+            results = self.measurer.measure(store.workload, measure_candidates)
+            measured = 0
+            for (cand, key), mc, result in zip(fresh, measure_candidates, results):
+                if result.ok:
+                    store.append_record(self._record(cand, mc, result.latencies_s, tvm_workload), key)
+                    measured += 1
+                else:
+                    store.append_failure(key, result.failure.value, result.message)
+            advance(measured)
+        store.seal()
+
+    def _record(self, cand, mc, latencies: list[float], tvm_workload):
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        return TuningRecord(cand.trace, tvm_workload, latencies, self.measurer.target, mc.args_info)
+
+    def _write_card(self, wall_s: float) -> dict:
+        import tvm
+
+        card = {
+            "dataset_id": f"{self.spec.name}-{self.fingerprint.device_id}-{self.spec.digest()[:8]}",
+            "spec_name": self.spec.name,
+            "spec_hash": self.spec.digest(),
+            "spec": self.spec.model_dump(mode="json"),
+            "device": self.fingerprint.to_json(),
+            "samples_per_workload": self.spec.samples_per_workload,
+            **compute_counts(self.store),
+            "measure_settings": self.measurer.settings.__dict__,
+            "wall_s": round(wall_s, 1),
+            "versions": {"metatune": __version__, "tvm": tvm.__version__},
+            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        write_card(self.store.dir, card)
+        return card
+
+
+def summarize(card: dict) -> str:
+    """Human summary of a dataset card."""
+    lines = [
+        f"dataset {card['dataset_id']} on {card['device']['device_id']}: {card['totals']['records']} records, "
+        f"{card['totals']['failures']} failures, {card['totals']['workloads']} workloads, {card['wall_s'] / 3600:.2f} h measured",
+        f"{'family':<18}{'split':<9}{'workloads':>10}{'complete':>10}{'records':>9}{'failures':>9}",
+    ]
+    for family, splits in sorted(card["counts"].items()):
+        for split, c in sorted(splits.items()):
+            lines.append(
+                f"{family:<18}{split:<9}{c['workloads']:>10}{c['complete']:>10}{c['records']:>9}{c['failures']:>9}"
+            )
+    kinds = card.get("failures_by_kind", {})
+    if kinds:
+        lines.append("failures by kind: " + json.dumps(kinds, sort_keys=True))
+    return "\n".join(lines)
+

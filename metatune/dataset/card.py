@@ -1,0 +1,55 @@
+"""Dataset cards: provenance plus counts that can always be recomputed from the records."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+from metatune.dataset.store import DatasetStore
+from metatune.fileio import CARD_FILE, write_atomic
+
+
+def compute_counts(store: DatasetStore) -> dict:
+    """Counts per family and split, failures by kind, and totals, read from the records."""
+    counts: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
+        lambda: collections.defaultdict(collections.Counter)
+    )
+    kinds: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    per_workload: dict[str, dict] = {}
+    for ws in store:
+        per_workload[ws.workload.key] = {
+            "split": ws.split, "records": ws.num_records, "failures": len(ws.failures), "complete": ws.sealed,
+        }
+        c = counts[ws.workload.family][ws.split]
+        c["workloads"] += 1
+        c["complete"] += int(ws.sealed)
+        c["records"] += ws.num_records
+        c["failures"] += len(ws.failures)
+        for f in ws.failures:
+            kinds[ws.workload.family][f.kind] += 1
+    plain = {fam: {split: dict(c) for split, c in splits.items()} for fam, splits in counts.items()}
+    for splits in plain.values():
+        for c in splits.values():
+            for key in ("workloads", "complete", "records", "failures"):
+                c.setdefault(key, 0)
+    totals = collections.Counter()
+    for splits in plain.values():
+        for c in splits.values():
+            totals.update(c)
+    return {
+        "counts": plain,
+        "failures_by_kind": {fam: dict(k) for fam, k in kinds.items()},
+        "totals": {k: totals.get(k, 0) for k in ("workloads", "complete", "records", "failures")},
+        "workloads": per_workload,
+    }
+
+
+def read_card(directory: Path) -> dict | None:
+    path = Path(directory) / CARD_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_card(directory: Path, card: dict) -> None:
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    write_atomic(Path(directory) / CARD_FILE, (json.dumps(card, indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,245 @@
+"""Crash-safe, append-only storage of measured records, one TVM JSON database per workload.
+
+Layout of a dataset directory::
+
+    DIR/card.json                       dataset card (counts recomputable from the records)
+    DIR/workloads/<family>/<slug>/
+        meta.json                       workload key and split
+        database_workload.json          TVM JSONDatabase workload line
+        database_tuning_record.json     TVM JSONDatabase records (measured configurations only)
+        failures.jsonl                  configurations that failed, with the failure kind
+
+Every append is one `write()` of one complete line to a file opened with O_APPEND, so a
+`kill -9` can at worst leave a partial last line, which loading detects and truncates.
+A completed workload is *sealed*: its two growing files are gzipped (`*.gz`) and never
+change again, so a dataset in git grows by adding files. `export_tvm_database` writes all
+records as one JSONDatabase pair that MetaSchedule reads directly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from metatune import MetatuneError
+from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, write_atomic
+from metatune.workload.operators import Workload
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+FAILURE_FILE = "failures.jsonl"
+META_FILE = "meta.json"
+
+
+class StoreError(MetatuneError):
+    """A dataset directory that cannot be read."""
+
+
+def _ffi_json():
+    import tvm
+
+    return tvm.get_global_func("ffi.json.Stringify"), tvm.get_global_func("ffi.json.Parse")
+
+
+def config_key(trace: Any) -> str:
+    """Identity of a configuration: hash of its printed trace (decisions included), up to the
+    postprocessors, which are a deterministic function of what precedes them."""
+    text = str(trace).split("sch.enter_postproc()")[0]
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def workload_slug(workload: Workload) -> str:
+    return "_".join(f"{k}{v}" for k, v in workload.shape)
+
+
+def _append_line(path: Path, line: str) -> None:
+    data = (line.rstrip("\n") + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _read_lines(path: Path) -> list[str]:
+    """Complete lines of a (possibly gzipped) file; a torn last line is cut off the file."""
+    gz = path.with_name(path.name + ".gz")
+    if gz.exists():
+        path.unlink(missing_ok=True)  # crash between sealing and deleting: the .gz is complete
+        with gzip.open(gz, "rt", encoding="utf-8") as f:
+            return [line for line in f.read().splitlines() if line.strip()]
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    complete_len = raw.rfind(b"\n") + 1  # each append writes its newline in the same write()
+    if complete_len < len(raw):
+        with open(path, "r+b") as f:  # a torn last line: the process died mid-append
+            f.truncate(complete_len)
+    lines = [line for line in raw[:complete_len].decode().splitlines() if line.strip()]
+    valid = []
+    for i, line in enumerate(lines):
+        try:
+            json.loads(line)
+            valid.append(line)
+        except ValueError:
+            raise StoreError(f"{path}: line {i + 1} is not JSON; the file was modified by hand") from None
+    return valid
+
+
+@dataclass
+class Failure:
+    key: str
+    kind: str
+    message: str
+
+
+class WorkloadStore:
+    """The records of one workload: append while measuring, read for training."""
+
+    def __init__(self, directory: Path, workload: Workload | None = None, split: str | None = None) -> None:
+        self.dir = Path(directory)
+        meta_path = self.dir / META_FILE
+        if meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            self.workload = Workload.parse(meta["workload"])
+            self.split = meta["split"]
+            if workload is not None and workload != self.workload:
+                raise StoreError(f"{self.dir} holds {self.workload}, not {workload}")
+        elif workload is None:
+            raise StoreError(f"{self.dir} is not a workload directory (no {META_FILE})")
+        else:
+            self.workload, self.split = workload, split or "train"
+            self.dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(meta_path, json.dumps({"workload": workload.key, "split": self.split}).encode())
+        self._record_lines = _read_lines(self.dir / RECORD_FILE)
+        self._failures = [Failure(**json.loads(l)) for l in _read_lines(self.dir / FAILURE_FILE)]
+        self._keys: set[str] | None = None
+        self._record_keys: list[str] | None = None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def sealed(self) -> bool:
+        return any((self.dir / (name + ".gz")).exists() for name in (RECORD_FILE, FAILURE_FILE))
+
+    @property
+    def num_records(self) -> int:
+        return len(self._record_lines)
+
+    @property
+    def failures(self) -> list[Failure]:
+        return list(self._failures)
+
+    def tvm_workload(self) -> Any:
+        from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
+
+        _, parse = _ffi_json()
+        line = (self.dir / WORKLOAD_FILE).read_text().strip()
+        return TVMWorkload.from_json(parse(line))
+
+    def records(self) -> list["TuningRecord"]:
+        """TVM TuningRecords, in measurement order."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        if not self._record_lines:
+            return []
+        _, parse = _ffi_json()
+        wl = self.tvm_workload()
+        return [TuningRecord.from_json(parse(json.dumps(json.loads(l)[1])), wl) for l in self._record_lines]
+
+    def run_secs(self) -> list[list[float]]:
+        """Latency samples per record without building TVM objects (fast)."""
+        return [[float(x) for x in json.loads(l)[1][1]] for l in self._record_lines]
+
+    def keys(self) -> set[str]:
+        """Config keys of everything recorded, measured or failed (never measure these again)."""
+        if self._keys is None:
+            self._keys = set(self.record_keys()) | {f.key for f in self._failures}
+        return self._keys
+
+    def record_keys(self) -> list[str]:
+        if self._record_keys is None:
+            self._record_keys = [config_key(r.trace) for r in self.records()]
+        return self._record_keys
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.sealed:
+            raise StoreError(f"{self.dir} is sealed; its records never change")
+
+    def ensure_workload_line(self, mod: Any) -> None:
+        from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
+
+        path = self.dir / WORKLOAD_FILE
+        if path.exists():
+            return
+        stringify, _ = _ffi_json()
+        write_atomic(path, (str(stringify(TVMWorkload(mod).as_json(), None)) + "\n").encode())
+
+    def append_record(self, record: "TuningRecord", key: str) -> None:
+        self._check_writable()
+        stringify, _ = _ffi_json()
+        line = json.dumps([0, json.loads(str(stringify(record.as_json(), None)))], separators=(",", ":"))
+        _append_line(self.dir / RECORD_FILE, line)
+        self._record_lines.append(line)
+        self.keys().add(key)
+        self.record_keys().append(key)
+
+    def append_failure(self, key: str, kind: str, message: str) -> None:
+        self._check_writable()
+        failure = Failure(key, kind, message)
+        _append_line(self.dir / FAILURE_FILE, json.dumps(failure.__dict__))
+        self._failures.append(failure)
+        self.keys().add(key)
+
+    def seal(self) -> None:
+        """Compress the growing files; the workload becomes immutable. Safe to re-run after a crash."""
+        for name in (FAILURE_FILE, RECORD_FILE):
+            path = self.dir / name
+            gz = path.with_name(name + ".gz")
+            if gz.exists():
+                continue
+            data = path.read_bytes() if path.exists() else b""
+            write_atomic(gz, gzip.compress(data, mtime=0))
+            path.unlink(missing_ok=True)
+
+
+class DatasetStore:
+    """All workload stores below a dataset directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+
+    def workload_dir(self, workload: Workload) -> Path:
+        return self.dir / "workloads" / workload.family / workload_slug(workload)
+
+    def open(self, workload: Workload, split: str) -> WorkloadStore:
+        return WorkloadStore(self.workload_dir(workload), workload, split)
+
+    def __iter__(self) -> Iterator[WorkloadStore]:
+        root = self.dir / "workloads"
+        if not root.exists():
+            return iter(())
+        return (WorkloadStore(meta.parent) for meta in sorted(root.glob(f"*/*/{META_FILE}")))
+
+    def export_tvm_database(self, out_dir: Path) -> tuple[Path, Path]:
+        """Write every measured record as one MetaSchedule JSONDatabase pair."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        wl_path, rec_path = out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE
+        with open(wl_path, "w") as wl_out, open(rec_path, "w") as rec_out:
+            index = 0
+            for store in self:
+                if not store.num_records:
+                    continue
+                wl_out.write((store.dir / WORKLOAD_FILE).read_text().strip() + "\n")
+                for line in store._record_lines:
+                    rec_out.write(json.dumps([index, json.loads(line)[1]], separators=(",", ":")) + "\n")
+                index += 1
+        return wl_path, rec_path

@@ -1,0 +1,248 @@
+"""Encoded datasets: records → loop graphs (cached) → batches for the cost model.
+
+The cache keeps each program compactly: per loop its feature row, its super-graph slot and
+its parent loop. From that both encodings are rebuilt on the fly:
+* `supergraph`: every program on the shared template (fixed node count, shared edges;
+  absent slots are zero-feature placeholder nodes flagged by a presence bit);
+* `plain`: the program's own loop graph (root → for → for ..., for → interval), padded to
+  the batch's largest graph — the ablation without super-graph augmentation.
+Caches live in `DIR/cache/<template_version>/` (so a new template never reads an old
+cache) and are rebuilt when a workload's record count changes. Stored with safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from metatune.dataset.store import DatasetStore, WorkloadStore, workload_slug
+from metatune.encode import layout
+
+if TYPE_CHECKING:
+    from metatune.encode.supergraph import GraphEncoder, Template
+
+MODES = ("supergraph", "plain")
+
+
+@dataclass
+class GraphBatch:
+    """Dense node features [B, N, F], a block-diagonal edge_index over B*N nodes, and the mask
+    [B, N] of nodes the readout pools over (real nodes; not padding or template placeholders)."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    mask: torch.Tensor
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.x, self.edge_index, self.mask
+
+
+@dataclass
+class FeatureStats:
+    """Per-feature mean/std of real loops in the training set (travels with the checkpoint)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    @classmethod
+    def fit(cls, sets: Sequence["EncodedWorkload"]) -> "FeatureStats":
+        feats = torch.cat([w.features for w in sets])
+        return cls(feats.mean(0), feats.std(0).clamp(min=1e-3))
+
+
+@dataclass
+class EncodedWorkload:
+    """Compact encodings of one workload's measured configurations."""
+
+    key: str
+    family: str
+    split: str
+    features: torch.Tensor  # [total_loops, F] log-scaled loop context features
+    slots: torch.Tensor  # [total_loops] super-graph slot of each loop
+    parents: torch.Tensor  # [total_loops] parent loop (index within its program), -1 = root
+    ptr: torch.Tensor  # [G + 1] loop offsets of each program
+    log_thr: torch.Tensor  # [G] log2 GFLOPS of the median latency
+
+    def __len__(self) -> int:
+        return len(self.log_thr)
+
+    def subset(self, idx: Sequence[int]) -> "EncodedWorkload":
+        """Only the chosen programs, in the given order (e.g. fewer records per workload)."""
+        index = torch.as_tensor([int(i) for i in idx], dtype=torch.long)
+        counts = self.ptr[index + 1] - self.ptr[index]
+        rows = torch.cat([torch.arange(int(self.ptr[i]), int(self.ptr[i + 1])) for i in index])
+        ptr = torch.cat([torch.zeros(1, dtype=self.ptr.dtype), torch.cumsum(counts, 0).to(self.ptr.dtype)])
+        return EncodedWorkload(self.key, self.family, self.split, self.features[rows], self.slots[rows],
+                               self.parents[rows], ptr, self.log_thr[index])
+
+    def program(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        return self.features[a:b], self.slots[a:b], self.parents[a:b]
+
+
+class GraphBuilder:
+    """Turns compact encodings into model batches for one encoding mode."""
+
+    def __init__(self, template: "Template", mode: str, stats: FeatureStats | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.template, self.mode, self.stats = template, mode, stats
+        self.num_features = len(template.features)
+        self.width = layout.width(self.num_features)
+        self._template_edges = layout.template_edges(template.parents)
+
+    def _normalized(self, feats: torch.Tensor) -> torch.Tensor:
+        return feats if self.stats is None else (feats - self.stats.mean) / self.stats.std
+
+    def batch(self, w: EncodedWorkload, idx: Sequence[int] | torch.Tensor) -> GraphBatch:
+        idx = [int(i) for i in idx]
+        return self._supergraph(w, idx) if self.mode == "supergraph" else self._plain(w, idx)
+
+    @staticmethod
+    def _rows(w: EncodedWorkload, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Loop rows of the chosen programs, the batch position of each row, and loop counts."""
+        index = torch.as_tensor(idx, dtype=torch.long)
+        starts, counts = w.ptr[index], w.ptr[index + 1] - w.ptr[index]
+        graph = torch.repeat_interleave(torch.arange(len(idx)), counts)
+        first = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        rows = torch.repeat_interleave(starts, counts) + torch.arange(int(counts.sum())) - first
+        return rows, graph, counts
+
+    def _supergraph(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
+        t = self.template
+        rows, graph, _ = self._rows(w, idx)
+        slots = w.slots[rows]
+        x = torch.zeros(len(idx), t.num_nodes, self.width)
+        layout.place(x, graph, layout.for_node(slots), layout.interval_node(slots, t.num_slots),
+                     self._normalized(w.features[rows]))
+        edges = layout.batched_edges(self._template_edges, len(idx), t.num_nodes)
+        # Placeholder nodes pass messages along the template but are left out of the readout:
+        # pooling over ~650 mostly-empty slots would drown the program's own loops.
+        return GraphBatch(x, edges, layout.present(x))
+
+    def _plain(self, w: EncodedWorkload, idx: list[int]) -> GraphBatch:
+        rows, graph, counts = self._rows(w, idx)
+        n = layout.num_nodes(int(counts.max()))
+        local = rows - torch.repeat_interleave(w.ptr[torch.as_tensor(idx)], counts)  # loop index in its program
+        for_nodes, interval_nodes = layout.for_node(local), layout.interval_node(local, counts[graph])
+        x = torch.zeros(len(idx), n, self.width)
+        layout.place(x, graph, for_nodes, interval_nodes, self._normalized(w.features[rows]))
+        base = graph * n
+        edges = layout.edges(base + layout.parent_node(w.parents[rows]), base + for_nodes, base + interval_nodes)
+        return GraphBatch(x, edges, layout.present(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+
+
+def _cache_path(directory: Path, version: str, store: WorkloadStore) -> Path:
+    return directory / "cache" / version / store.workload.family / f"{workload_slug(store.workload)}.safetensors"
+
+
+def encode_programs(encoder: "GraphEncoder", programs: Sequence, key: str, family: str, split: str,
+                    log_thr: Sequence[float]) -> EncodedWorkload:
+    """Compact encodings of postprocessed schedules (or PrimFuncs) of one workload."""
+    feats, slots, parents, ptr = [], [], [], [0]
+    for program in programs:
+        enc = encoder.analyse(program)
+        feats.append(torch.from_numpy(enc.features))
+        slots.append(torch.from_numpy(encoder.slots_of(enc)))
+        parents.append(torch.tensor([lp.parent for lp in enc.program.loops], dtype=torch.long))
+        ptr.append(ptr[-1] + len(enc.program.loops))
+    width = len(encoder.template.features)
+    return EncodedWorkload(
+        key=key, family=family, split=split,
+        features=torch.cat(feats) if feats else torch.zeros(0, width),
+        slots=torch.cat(slots) if slots else torch.zeros(0, dtype=torch.long),
+        parents=torch.cat(parents) if parents else torch.zeros(0, dtype=torch.long),
+        ptr=torch.tensor(ptr, dtype=torch.long), log_thr=torch.tensor(list(log_thr), dtype=torch.float32),
+    )
+
+
+def concat(parts: Sequence[EncodedWorkload]) -> EncodedWorkload:
+    """The programs of all parts, in order (parts of one workload)."""
+    first = parts[0]
+    offsets = torch.cumsum(torch.tensor([0] + [int(p.ptr[-1]) for p in parts[:-1]]), 0)
+    return EncodedWorkload(
+        first.key, first.family, first.split, torch.cat([p.features for p in parts]),
+        torch.cat([p.slots for p in parts]), torch.cat([p.parents for p in parts]),
+        torch.cat([first.ptr[:1]] + [p.ptr[1:] + o for p, o in zip(parts, offsets)]),
+        torch.cat([p.log_thr for p in parts]),
+    )
+
+
+def log_throughput(flops: float, run_secs: Sequence[float]) -> float:
+    return math.log2(flops / float(np.median([float(x) for x in run_secs])) / 1e9)
+
+
+def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorkload:
+    """Replay each record's trace (postprocessors included) and extract its loops."""
+    from tvm.s_tir import Schedule
+
+    schedules, log_thr = [], []
+    for record in store.records():
+        sch = Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        schedules.append(sch)
+        log_thr.append(log_throughput(store.workload.flops, record.run_secs))
+    return encode_programs(encoder, schedules, store.workload.key, store.workload.family, store.split, log_thr)
+
+
+def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
+                 progress: bool = True) -> list[EncodedWorkload]:
+    """Every complete (sealed) workload, from the cache when it is current, else encoded and cached.
+
+    Workloads still being measured are left out: a clean checkout holds only sealed ones, so
+    this keeps what a model was trained on reproducible from the repository."""
+    from safetensors.torch import load_file, save_file
+
+    from metatune.progress import progress_bar
+
+    stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
+    out: list[EncodedWorkload] = []
+    with progress_bar() as bar:
+        task = bar.add_task("encode", total=len(stores), status="")
+        for store in stores:
+            path = _cache_path(Path(directory), encoder.version, store)
+            meta = {"workload": store.workload.key, "split": store.split, "records": str(store.num_records),
+                    "template_version": encoder.version}
+            cached = None
+            if path.exists():
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt") as f:
+                    if f.metadata() == meta:
+                        cached = load_file(str(path))
+            if cached is None:
+                enc = encode_store(store, encoder)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tensors = {k: getattr(enc, k).contiguous() for k in ("features", "slots", "parents", "ptr", "log_thr")}
+                save_file(tensors, str(path), metadata=meta)
+                out.append(enc)
+            else:
+                out.append(EncodedWorkload(store.workload.key, store.workload.family, store.split, **cached))
+            bar.update(task, advance=1, status=store.workload.family)
+    return out
+
+
+def split_sets(encoded: Sequence[EncodedWorkload]) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
+    return [w for w in encoded if w.split == "train"], [w for w in encoded if w.split != "train"]
+
+
+def describe(encoded: Sequence[EncodedWorkload]) -> str:
+    by_split: dict[str, list[int]] = {}
+    for w in encoded:
+        by_split.setdefault(w.split, []).append(len(w))
+    return json.dumps({k: {"workloads": len(v), "programs": sum(v)} for k, v in by_split.items()})
+
+
+def iter_batches(n: int, size: int) -> Iterator[torch.Tensor]:
+    for i in range(0, n, size):
+        yield torch.arange(i, min(i + size, n))

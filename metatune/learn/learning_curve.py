@@ -1,0 +1,115 @@
+"""Learning curve: how the pretrained cost model's ranking grows with measured data.
+
+Pretrains the configured model on seeded subsets of the training workloads, and of each
+workload's records, then ranks the validation and held-out workloads zero-shot (k = 0).
+The slope says whether measuring more workloads, or more configurations per workload,
+would lift the ranking, and by how much: the question behind an accuracy ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from metatune import MetatuneError
+from metatune.cost_model.gcn import CostModel
+from metatune.encode.graphs import EncodedWorkload, GraphBuilder
+from metatune.learn.maml import predict_all, pretrain
+from metatune.learn.metrics import pairwise_accuracy
+from metatune.learn.train import TrainConfig, load_config, load_splits, new_model
+from metatune.progress import progress_bar
+
+
+@dataclass
+class CurvePoint:
+    workloads: int  # training workloads used
+    records: int  # records per workload used (at most)
+    seed: int
+    train_pairwise: float  # medians over workloads, zero-shot
+    valid_pairwise: float
+    heldout_pairwise: float
+    seconds: float
+
+
+def _median_pairwise(model: CostModel, builder: GraphBuilder, sets: Sequence[EncodedWorkload]) -> float:
+    return float(np.median([pairwise_accuracy(predict_all(model, builder, w).numpy(), w.log_thr.numpy()) for w in sets]))
+
+
+def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, seed: int) -> list[EncodedWorkload]:
+    """A seeded `fraction` of the workloads (at least 2), each cut to `records` random records."""
+    rng = np.random.default_rng([seed, 7])
+    count = max(2, int(round(fraction * len(train))))
+    chosen = [train[int(i)] for i in rng.permutation(len(train))[:count]]
+    return [w if len(w) <= records else w.subset(rng.permutation(len(w))[:records]) for w in chosen]
+
+
+def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload],
+                heldout: list[EncodedWorkload], seed: int,
+                on_epoch: Callable[[int, float, float], None] | None = None) -> CurvePoint:
+    model, builder = new_model(config, train, config.mode, seed)
+    start = time.perf_counter()
+    pretrain(model, builder, train, valid, config.pretrain_config(), seed, on_epoch=on_epoch)
+    return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
+                      _median_pairwise(model, builder, valid), _median_pairwise(model, builder, heldout),
+                      round(time.perf_counter() - start, 1))
+
+
+def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[float], records: Sequence[int],
+                       seeds: Sequence[int], out: Path | None, echo: Callable[[str], None] = print) -> list[CurvePoint]:
+    """Every fraction with all records, then every record count with all workloads."""
+    if any(not 0 < f <= 1 for f in fractions):
+        raise MetatuneError(f"--fractions must lie in (0, 1], got {list(fractions)}")
+    if any(r < 2 for r in records):
+        raise MetatuneError(f"--records must be at least 2, got {list(records)}")
+    config = load_config(config_path)
+    torch.set_num_threads(config.threads)
+    _, train, valid, heldout = load_splits(data_dir, config)
+    if len(train) < 2 or not heldout:
+        raise MetatuneError(f"{data_dir}: need >= 2 training and >= 1 held-out workloads")
+    full = max(map(len, train))
+    grid = list(dict.fromkeys([(f, full) for f in fractions] + [(1.0, r) for r in records]))
+    points: list[CurvePoint] = []
+    epochs = config.pretrain_config().epochs
+    with progress_bar() as bar:
+        task = bar.add_task("learning curve", total=len(grid) * len(seeds) * epochs, status="")
+        for fraction, count in grid:
+            for seed in seeds:
+                subset = subsample(train, fraction, count, seed)
+                status = f"{len(subset)} workloads x {count} records, seed {seed}"
+                point = curve_point(config, subset, valid, heldout, seed, on_epoch=lambda e, tr, va: bar.update(
+                    task, advance=1, status=f"{status}: epoch {e + 1}, valid loss {va:.3f}"))
+                bar.update(task, completed=(len(points) + 1) * epochs)  # early stopping skips epochs
+                points.append(point)
+                _report(points, echo, out)
+    echo(format_curve(points))
+    return points
+
+
+def _report(points: list[CurvePoint], echo: Callable[[str], None], out: Path | None) -> None:
+    """The newest point on the console; all points to `out`."""
+    point = points[-1]
+    echo(f"{point.workloads} workloads x {point.records} records (seed {point.seed}): pairwise train "
+         f"{point.train_pairwise:.3f} valid {point.valid_pairwise:.3f} held-out {point.heldout_pairwise:.3f} "
+         f"({point.seconds:.0f} s)")
+    if out is not None:  # written after every point: a long study loses nothing on a crash
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([asdict(p) for p in points], indent=1) + "\n")
+
+
+def format_curve(points: Sequence[CurvePoint]) -> str:
+    """Markdown table, medians over seeds."""
+    rows = ["| training workloads | records each | seeds | train | valid | held-out |", "|---:|---:|---:|---:|---:|---:|"]
+    groups: dict[tuple[int, int], list[CurvePoint]] = {}
+    for p in points:
+        groups.setdefault((p.workloads, p.records), []).append(p)
+    for (workloads, records), group in sorted(groups.items()):
+        med = {k: float(np.median([getattr(p, k) for p in group])) for k in ("train_pairwise", "valid_pairwise", "heldout_pairwise")}
+        rows.append(f"| {workloads} | {records} | {len(group)} | {med['train_pairwise']:.3f} | "
+                    f"{med['valid_pairwise']:.3f} | {med['heldout_pairwise']:.3f} |")
+    return "\n".join(rows)

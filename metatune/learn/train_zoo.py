@@ -1,0 +1,50 @@
+"""`make train-zoo`: for every device config in train/configs/, make sure its dataset exists
+(building it from the config's spec when it is missing), train, evaluate and publish."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from metatune import MetatuneError
+from metatune.fileio import REPO_ROOT
+
+
+def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Path = REPO_ROOT / "runs",
+              zoo_dir: Path | None = None) -> list[str]:
+    from metatune.dataset.card import read_card
+    from metatune.learn.train import load_config, run_train
+    from metatune.zoo import publish
+
+    configs = sorted(configs_dir.glob("*.yaml"))
+    if not configs:
+        raise MetatuneError(f"no training configs in {configs_dir}")
+    published = []
+    for path in configs:
+        config = load_config(path)
+        data = REPO_ROOT / config.dataset
+        if read_card(data) is None:
+            print(f"[train-zoo] {config.name}: no dataset at {data}; building it from {config.spec}", flush=True)
+            from metatune.cli.dataset import run_build
+
+            run_build(REPO_ROOT / config.spec, data, "local", None, 32, True)
+        run_dir = runs_dir / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        print(f"[train-zoo] {config.name}: training into {run_dir}", flush=True)
+        run_train(data, path, run_dir)
+        entry = publish(run_dir, zoo_dir)
+        print(f"[train-zoo] published {entry.id}", flush=True)
+        published.append(entry.id)
+    return published
+
+
+def main() -> None:
+    try:
+        train_all()
+    except MetatuneError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

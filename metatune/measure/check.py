@@ -1,0 +1,65 @@
+"""Correctness of compiled schedules against each family's NumPy reference."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from metatune import MetatuneError
+from metatune.workload.operators import Workload
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir import Schedule
+
+DEFAULT_RTOL = 1e-3  # float32 vs float64 reference; winograd's transforms cost ~1e-4
+
+
+class WrongResultError(MetatuneError):
+    """A compiled schedule disagrees with the NumPy reference."""
+
+
+def output_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """Largest absolute error relative to the largest reference magnitude."""
+    scale = max(float(np.max(np.abs(ref))), 1e-6)
+    return float(np.max(np.abs(out.astype(np.float64) - ref))) / scale
+
+
+def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Run a compiled `main(inputs..., out)` and return the output."""
+    import tvm
+
+    dev = tvm.cpu(0)
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"), dev)
+    rt_mod["main"](*args, out)
+    return out.numpy()
+
+
+class ReferenceCheck:
+    """Random inputs and the expected output of one workload, computed once."""
+
+    def __init__(self, workload: Workload, seed: int = 0, rtol: float = DEFAULT_RTOL) -> None:
+        self.workload = workload
+        self.rtol = rtol
+        self.inputs = workload.random_inputs(seed)
+        self.expected = workload.reference(self.inputs)
+
+    def error(self, rt_mod: Any) -> float:
+        return output_error(run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape), self.expected)
+
+    def passes(self, rt_mod: Any) -> tuple[bool, float]:
+        err = self.error(rt_mod)
+        return bool(np.isfinite(err) and err <= self.rtol), err
+
+
+def check_schedule(workload: Workload, sch: "Schedule", target: "tvm.target.Target", rtol: float = DEFAULT_RTOL) -> float:
+    """Compile a schedule, run it on random inputs and raise if it disagrees with NumPy."""
+    import tvm
+
+    rt_mod = tvm.compile(sch.mod, target=target)
+    ok, err = ReferenceCheck(workload, rtol=rtol).passes(rt_mod)
+    if not ok:
+        raise WrongResultError(f"{workload}: max relative error {err:.2e} exceeds {rtol:g}")
+    return err

@@ -1,0 +1,628 @@
+"""MetaSchedule design spaces of a workload, and random concrete schedules drawn from them.
+
+A design space is the trace that MetaSchedule's PostOrderApply produces for the target's
+default schedule rules. Replaying that trace without its decisions re-samples every sampling
+instruction (tile sizes, unroll step, compute location); the postprocessors then make it a
+concrete, buildable schedule or reject it.
+
+`KnobSpace` turns one design space into an explicit search space: one knob per sampling
+instruction, a configuration is a small hashable `Config` (design-space index plus one
+decision per knob). Decisions are imposed with `Trace.apply_to_schedule(...,
+decision_provider=...)` and read back from the resulting trace, which is also how TVM's own
+normalisation shows: an unusable compute location is silently snapped to a valid one.
+`SearchSpace` joins the design spaces of a workload.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+
+import numpy as np
+
+from metatune import MetatuneError
+from metatune.workload.operators import Workload
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
+
+
+class SpaceError(MetatuneError):
+    """No design space covers a workload, or a configuration does not fit its space."""
+
+
+@dataclass
+class Candidate:
+    """A concrete schedule after postprocessing, and which design space it came from.
+
+    `config` is the schedule's knob configuration when a `KnobSpace` made it (normalised:
+    the decisions TVM actually applied).
+    """
+
+    space_index: int
+    sch: "Schedule"
+    config: "Config | None" = None
+
+    @property
+    def trace(self) -> "Trace":
+        return self.sch.trace
+
+    @property
+    def trace_key(self) -> str:
+        """Identity of a configuration: the printed trace, decisions included."""
+        return str(self.sch.trace)
+
+    def measure_candidate(self) -> "MeasureCandidate":
+        from tvm.s_tir.meta_schedule import MeasureCandidate
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        return MeasureCandidate(self.sch, ArgInfo.from_entry_func(self.sch.mod, remove_preproc=True))
+
+
+class DesignSpaces:
+    """The design spaces of one workload on one target, with their postprocessors."""
+
+    def __init__(self, workload: Workload, target: "tvm.target.Target") -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        from metatune.env.tvm_setup import import_tensor_intrinsics
+
+        import_tensor_intrinsics()
+        self.workload = workload
+        self.target = target
+        self.mod = workload.irmodule()
+        self.context: "TuneContext" = ms.TuneContext(
+            mod=self.mod, target=target, space_generator="post-order-apply", task_name=workload.family
+        )
+        self.spaces: list["Schedule"] = list(self.context.space_generator.generate_design_space(self.mod))
+        self.postprocs = list(self.context.space_generator.postprocs)
+        self.rejected: collections.Counter[str] = collections.Counter()
+        if not self.spaces:
+            raise SpaceError(f"no MetaSchedule design space covers {workload}")
+
+    @classmethod
+    def from_context(cls, context: "TuneContext", design_spaces: Sequence["Schedule"] | None = None) -> "DesignSpaces":
+        """The design spaces of a MetaSchedule task (a task of a whole model has no `Workload`)."""
+        self = cls.__new__(cls)
+        self.workload = context.task_name or "task"  # only used in messages
+        self.target, self.mod, self.context = context.target, context.mod, context
+        self.spaces = list(design_spaces if design_spaces is not None else context.generate_design_space())
+        self.postprocs = list(context.space_generator.postprocs)
+        self.rejected = collections.Counter()
+        if not self.spaces:
+            raise SpaceError(f"task {self.workload!r} has no design space")
+        return self
+
+    def __len__(self) -> int:
+        return len(self.spaces)
+
+    def postprocess(self, sch: "Schedule") -> bool:
+        """Apply the postprocessors in place; False when the schedule is invalid."""
+        sch.enter_postproc()
+        return all(p.apply(sch) for p in self.postprocs)
+
+    def replay(self, space_index: int, trace: "Trace", seed: int) -> Candidate | None:
+        """Replay a design-space trace (decisions it lacks are sampled) and postprocess it."""
+        from tvm.s_tir import Schedule
+
+        sch = Schedule(self.mod, seed=seed)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+        except (ValueError, RuntimeError) as err:
+            # Some sampled decisions make a later primitive invalid (e.g. a compute location that
+            # inlines a block the trace still refers to): the configuration is not in the space.
+            self.rejected[f"replay: {str(err).strip().splitlines()[-1][:80]}"] += 1
+            return None
+        if not self.postprocess(sch):
+            self.rejected["postprocessor"] += 1
+            return None
+        return Candidate(space_index, sch)
+
+    def random_candidate(self, rng: np.random.Generator) -> Candidate | None:
+        """One random configuration of a random design space; None if postprocessing rejects it."""
+        from tvm.s_tir import Trace
+
+        index = int(rng.integers(len(self.spaces)))
+        blank = Trace(self.spaces[index].trace.insts, {})
+        return self.replay(index, blank, seed=int(rng.integers(1, 2**31 - 1)))
+
+    def random_candidates(
+        self, n: int, seed: int = 0, exclude: set[str] | None = None, max_attempts: int | None = None
+    ) -> list[Candidate]:
+        """Up to `n` distinct random valid configurations, skipping keys in `exclude`."""
+        rng = np.random.default_rng(seed)
+        seen = set(exclude or ())
+        found: list[Candidate] = []
+        for _ in range(max_attempts or 20 * n + 100):
+            if len(found) >= n:
+                break
+            cand = self.random_candidate(rng)
+            if cand is None or cand.trace_key in seen:
+                continue
+            seen.add(cand.trace_key)
+            found.append(cand)
+        return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Knob spaces: the sampling decisions of a design-space trace as an explicit search space
+
+Decision = int | tuple[int, ...]
+
+TILE = "tile"
+PARTITIONED_TILE = "partitioned_tile"
+CATEGORICAL = "categorical"
+COMPUTE_LOCATION = "compute_location"
+_SAMPLE_KINDS = {
+    "SamplePerfectTile": TILE,
+    "SamplePartitionedTile": PARTITIONED_TILE,
+    "SampleCategorical": CATEGORICAL,
+    "SampleComputeLocation": COMPUTE_LOCATION,
+}
+_ENTER_POSTPROC = "EnterPostproc"
+_FAR_LOCATION = 1 << 20  # larger than any loop index: snaps to the innermost valid location
+
+
+class Config(NamedTuple):
+    """One point of a search space: the design-space index and one decision per knob.
+
+    Tile decisions are factor tuples, categorical decisions are indices into the candidate
+    list (as in TVM's traces), compute locations are TVM's loop index (-1 root, -2 inline).
+    """
+
+    space: int
+    decisions: tuple[Decision, ...]
+
+    def to_json(self) -> list[Any]:
+        return [self.space, [list(d) if isinstance(d, tuple) else d for d in self.decisions]]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> "Config":
+        space, decisions = data
+        return cls(int(space), tuple(tuple(int(x) for x in d) if isinstance(d, list) else int(d) for d in decisions))
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One sampling instruction of a design-space trace."""
+
+    position: int  # index in `Config.decisions`
+    inst_index: int  # index of the sampling instruction in the design-space trace
+    kind: str
+    name: str
+    choices: tuple[Decision, ...]  # every valid decision; empty for a conditional knob
+    categories: tuple[int, ...] = ()  # categorical: the values the indices select
+
+    @property
+    def conditional(self) -> bool:
+        """Valid values depend on earlier decisions (only compute locations, here)."""
+        return self.kind == COMPUTE_LOCATION
+
+    @property
+    def embedding_width(self) -> int:
+        if self.kind in (TILE, PARTITIONED_TILE):
+            return len(self.choices[0])
+        if self.kind == CATEGORICAL:
+            return len(self.choices)
+        return 3
+
+
+@functools.lru_cache(maxsize=4096)
+def perfect_tilings(extent: int, n: int, max_innermost: int = -1) -> tuple[tuple[int, ...], ...]:
+    """All ordered n-factor tilings of `extent` (product == extent), innermost <= max_innermost.
+
+    The same set TVM's SamplePerfectTile samples from (uniformly, by rejection).
+    """
+    if n == 1:
+        return ((extent,),) if max_innermost < 0 or extent <= max_innermost else ()
+    result: list[tuple[int, ...]] = []
+    for first in range(1, extent + 1):
+        if extent % first == 0:
+            result.extend((first, *rest) for rest in perfect_tilings(extent // first, n - 1, max_innermost))
+    return tuple(result)
+
+
+def _to_decision(value: Any) -> Decision:
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return tuple(int(x) for x in value)
+
+
+def _trace_of(source: Any) -> "Trace":
+    """A trace from a Trace, Schedule, Candidate or TuningRecord."""
+    for attr in ("trace", "sch"):
+        if hasattr(source, attr) and not hasattr(source, "insts"):
+            return _trace_of(getattr(source, attr))
+    return source
+
+
+def _design_insts(trace: "Trace") -> list[Any]:
+    """The trace's instructions before postprocessing."""
+    insts = []
+    for inst in trace.insts:
+        if inst.kind.name == _ENTER_POSTPROC:
+            break
+        insts.append(inst)
+    return insts
+
+
+def _structure(insts: Sequence[Any]) -> str:
+    """The trace printed without decisions: equal for every replay of one design space."""
+    from tvm.s_tir import Trace
+
+    return str(Trace(list(insts), {}))
+
+
+def _first_block_name(stmt: Any) -> str:
+    """Name of the first block below a loop (what a tile knob splits)."""
+    for _ in range(1000):
+        if hasattr(stmt, "block"):
+            return str(stmt.block.name_hint)
+        if hasattr(stmt, "seq"):
+            stmt = stmt.seq[0]
+        elif hasattr(stmt, "body"):
+            stmt = stmt.body
+        else:
+            break
+    return "?"
+
+
+class _StopReplay(Exception):
+    pass
+
+
+class KnobSpace:
+    """The knobs of one design space: build, read back, sample, move and embed configurations."""
+
+    def __init__(self, spaces: DesignSpaces, index: int) -> None:
+        from tvm.s_tir import Schedule
+
+        self.spaces = spaces
+        self.index = index
+        self.trace: "Trace" = spaces.spaces[index].trace
+        self.insts = _design_insts(self.trace)
+        self.signature = _structure(self.insts)
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self._valid_cache: dict[tuple[int, tuple[Decision, ...]], tuple[Decision, ...]] = {}
+        self._size: float | None = None
+        for inst in self.insts:
+            if inst.kind.name.startswith("Sample") and inst.kind.name not in _SAMPLE_KINDS:
+                raise SpaceError(f"{spaces.workload}: unsupported sampling instruction {inst.kind.name}")
+        knobs: list[Knob] = []
+        sch = Schedule(spaces.mod)
+        counter = [0]
+
+        def record(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
+            """Reads each sampling instruction's loop/block as bound in the replayed schedule."""
+            kind = _SAMPLE_KINDS.get(inst.kind.name)
+            if kind is not None:
+                knobs.append(self._make_knob(len(knobs), counter[0], kind, sch, inputs, attrs))
+            counter[0] += 1
+            return decision
+
+        self.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=record)
+        if any(k.kind != COMPUTE_LOCATION and not k.choices for k in knobs):
+            raise SpaceError(f"{spaces.workload}: a knob of design space {index} has no valid value")
+        self.knobs: tuple[Knob, ...] = tuple(knobs)
+        self._knob_at = {k.inst_index: k.position for k in knobs}
+        self._choice_sets = [frozenset(k.choices) for k in knobs]
+        self.default = self.config_of(self.trace)
+
+    def _make_knob(self, position: int, inst_index: int, kind: str, sch: "Schedule", inputs: Any, attrs: Any) -> Knob:
+        if kind in (TILE, PARTITIONED_TILE):
+            loop = sch.get(inputs[0])
+            extent = int(loop.extent.value)
+            n = int(attrs[0])
+            if kind == TILE:
+                choices = perfect_tilings(extent, n, int(attrs[1]))
+            else:
+                pos, factor = int(attrs[1]), int(attrs[2])
+                choices = tuple(t for t in perfect_tilings(extent, n) if math.prod(t[pos:]) % factor == 0)
+            name = f"tile {_first_block_name(loop)}.{loop.loop_var.name} ({extent}) into {n}"
+            return Knob(position, inst_index, kind, name, choices)
+        if kind == CATEGORICAL:
+            categories = tuple(int(c) for c in attrs[0])
+            return Knob(position, inst_index, kind, self._categorical_name(inst_index),
+                        tuple(range(len(categories))), categories)
+        block = sch.get(inputs[0])
+        return Knob(position, inst_index, kind, f"compute location of {block.name_hint}", ())
+
+    def _categorical_name(self, inst_index: int) -> str:
+        """Categoricals feed an annotation (e.g. the unroll step): name them after its key."""
+        out = self.insts[inst_index].outputs[0]
+        for inst in self.insts[inst_index + 1 :]:
+            uses = any(getattr(x, "same_as", None) and x.same_as(out) for x in inst.inputs)
+            if inst.kind.name == "Annotate" and uses:
+                return str(inst.attrs[0]).removeprefix("meta_schedule.")
+        return f"categorical {inst_index}"
+
+    # -- basic properties ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.knobs)
+
+    def __repr__(self) -> str:
+        return f"KnobSpace({self.spaces.workload}, space {self.index}, {len(self.knobs)} knobs)"
+
+    @property
+    def size(self) -> float:
+        """Number of configurations: exact for unconditional knobs; each compute location
+        counts the locations valid under the design space's own decisions (an estimate)."""
+        if self._size is None:
+            total = 1.0
+            for knob in self.knobs:
+                total *= len(self.valid_values(self.default, knob.position)) if knob.conditional else len(knob.choices)
+            self._size = total
+        return self._size
+
+    # -- configuration <-> schedule ---------------------------------------------------------
+
+    def _replay(self, decisions: Sequence[Decision | None], seed: int, stop_after: int | None = None) -> "Schedule":
+        """Apply the design-space trace imposing `decisions` (None: let TVM sample)."""
+        from tvm.s_tir import Schedule
+
+        sch = Schedule(self.spaces.mod, seed=seed)
+        knob_at = self._knob_at
+        counter = [0]
+
+        def provide(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
+            i = counter[0]
+            counter[0] += 1
+            if stop_after is not None and i > stop_after:
+                raise _StopReplay()
+            position = knob_at.get(i)
+            return decision if position is None else decisions[position]
+
+        try:
+            self.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+        except Exception:
+            if stop_after is None or counter[0] <= stop_after + 1:
+                raise
+        return sch
+
+    def decisions_of(self, trace: "Trace") -> tuple[Decision, ...]:
+        """The sampling decisions recorded in a trace (normalised by TVM when applied)."""
+        decisions = trace.decisions
+        out = []
+        for inst in _design_insts(trace):
+            if inst.kind.name in _SAMPLE_KINDS:
+                out.append(_to_decision(decisions[inst]))
+        return tuple(out)
+
+    def config_of(self, source: Any) -> Config:
+        """The exact configuration of a trace, schedule, candidate or TuningRecord."""
+        trace = _trace_of(source)
+        if _structure(_design_insts(trace)) != self.signature:
+            raise SpaceError(f"{self.spaces.workload}: the trace does not come from design space {self.index}")
+        return Config(self.index, self.decisions_of(trace))
+
+    def check(self, config: Config) -> str | None:
+        """Why a configuration cannot be in this space (None if it may be)."""
+        if config.space != self.index:
+            return f"design space {config.space} is not {self.index}"
+        if len(config.decisions) != len(self.knobs):
+            return f"{len(config.decisions)} decisions for {len(self.knobs)} knobs"
+        for knob, value, allowed in zip(self.knobs, config.decisions, self._choice_sets):
+            if knob.conditional:
+                if not isinstance(value, int):
+                    return f"{knob.name}: {value!r} is not a loop index"
+            elif not isinstance(value, (int, tuple)) or value not in allowed:
+                return f"{knob.name}: {value!r} is not one of its {len(knob.choices)} choices"
+        return None
+
+    def schedule(
+        self, config: Config, postprocess: bool = True, strict: bool = False, seed: int = 1
+    ) -> Candidate | None:
+        """The concrete (postprocessed) schedule of a configuration, or None if it is invalid.
+
+        A compute location TVM cannot use is snapped to a valid one: the returned candidate's
+        `config` holds the applied decisions; with `strict`, a snapped configuration is None.
+        """
+        problem = self.check(config)
+        if problem is not None:
+            self.rejected[f"config: {problem.split(':')[0]}"] += 1
+            return None
+        return self._build(config.decisions, seed, postprocess, expect=config if strict else None)
+
+    def _build(self, decisions: Sequence[Decision | None], seed: int, postprocess: bool = True,
+               expect: Config | None = None) -> Candidate | None:
+        try:
+            sch = self._replay(decisions, seed)
+        except Exception as err:  # an invalid combination is the configuration's problem, not ours
+            text = str(err).strip()
+            self.rejected[f"replay: {text.splitlines()[-1][:80] if text else type(err).__name__}"] += 1
+            return None
+        config = Config(self.index, self.decisions_of(sch.trace))
+        if expect is not None and config != expect:
+            self.rejected["snapped compute location"] += 1
+            return None
+        if postprocess and not self.spaces.postprocess(sch):
+            self.rejected["postprocessor"] += 1
+            return None
+        return Candidate(self.index, sch, config)
+
+    # -- sampling and moves -----------------------------------------------------------------
+
+    def sample(self, rng: np.random.Generator, max_attempts: int = 20) -> Candidate | None:
+        """A random valid configuration: each knob uniform over its valid values, in trace
+        order (compute locations are drawn by TVM among the locations valid at that point)."""
+        for _ in range(max_attempts):
+            decisions = [None if k.conditional else k.choices[int(rng.integers(len(k.choices)))] for k in self.knobs]
+            cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
+            if cand is not None:
+                return cand
+        return None
+
+    def valid_values(self, config: Config, position: int) -> tuple[Decision, ...]:
+        """Valid values of a knob given the earlier decisions of `config` (sorted).
+
+        For a compute location this replays the trace prefix once per valid location: TVM
+        snaps an invalid index to the nearest valid one below, so asking for ever smaller
+        indices walks the valid set downwards.
+        """
+        knob = self.knobs[position]
+        if not knob.conditional:
+            return knob.choices
+        key = (position, tuple(config.decisions[:position]))
+        cached = self._valid_cache.get(key)
+        if cached is not None:
+            return cached
+        values: list[int] = []
+        ask = _FAR_LOCATION
+        while True:
+            got = self._probe(config.decisions, position, ask)
+            if got < 0 or got in values:
+                break
+            values.append(got)
+            ask = got - 1
+        values.append(-1)
+        if self._probe(config.decisions, position, -2) == -2:
+            values.append(-2)
+        result = tuple(sorted(values))
+        self._valid_cache[key] = result
+        return result
+
+    def _probe(self, decisions: Sequence[Decision], position: int, value: int) -> int:
+        """The location TVM applies for `value` at knob `position` (replays only the prefix)."""
+        asked = list(decisions)
+        asked[position] = value
+        inst_index = self.knobs[position].inst_index
+        sch = self._replay(asked, seed=1, stop_after=inst_index)
+        insts = sch.trace.insts
+        return int(sch.trace.decisions[insts[inst_index]])
+
+    def neighbour(self, config: Config, rng: np.random.Generator, max_attempts: int = 20) -> Candidate | None:
+        """A valid configuration that differs from `config` in one knob.
+
+        Changing a tile can make a later compute location invalid; TVM then snaps it, so the
+        result may also differ in such a conditional knob (its `config` says exactly how).
+        """
+        if not self.knobs:
+            return None  # a design space without sampling decisions has no neighbours
+        for _ in range(max_attempts):
+            position = int(rng.integers(len(self.knobs)))
+            knob = self.knobs[position]
+            current = config.decisions[position]
+            if knob.conditional:
+                options: Sequence[Decision] = [v for v in self.valid_values(config, position) if v != current]
+            else:
+                options = [c for c in knob.choices if c != current]
+            if not options:
+                continue
+            decisions = list(config.decisions)
+            decisions[position] = options[int(rng.integers(len(options)))]
+            cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
+            if cand is not None and cand.config != config:
+                return cand
+        return None
+
+    # -- numeric embedding ------------------------------------------------------------------
+
+    @property
+    def embedding_dim(self) -> int:
+        return sum(k.embedding_width for k in self.knobs)
+
+    def embedding_names(self) -> list[str]:
+        names: list[str] = []
+        for k in self.knobs:
+            if k.kind in (TILE, PARTITIONED_TILE):
+                names += [f"{k.name}: log2 factor {i}" for i in range(k.embedding_width)]
+            elif k.kind == CATEGORICAL:
+                names += [f"{k.name} = {c}" for c in k.categories]
+            else:
+                names += [f"{k.name}: inline", f"{k.name}: root", f"{k.name}: log2(2 + loop index)"]
+        return names
+
+    def embed(self, config: Config) -> np.ndarray:
+        """Numbers for Bayesian optimisation: log2 tile factors, one-hot categoricals, and
+        (inline, root, log2(2 + loop index)) for compute locations."""
+        out = np.zeros(self.embedding_dim, dtype=np.float64)
+        i = 0
+        for knob, value in zip(self.knobs, config.decisions):
+            if knob.kind in (TILE, PARTITIONED_TILE):
+                out[i : i + len(value)] = np.log2(np.asarray(value, dtype=np.float64))  # type: ignore[arg-type]
+            elif knob.kind == CATEGORICAL:
+                out[i + int(value)] = 1.0  # type: ignore[arg-type]
+            else:
+                loc = int(value)  # type: ignore[arg-type]
+                out[i : i + 3] = (loc == -2, loc == -1, math.log2(2 + loc) if loc >= 0 else 0.0)
+            i += knob.embedding_width
+        return out
+
+
+class SearchSpace:
+    """All design spaces of a workload as one knob space (configurations carry their space)."""
+
+    def __init__(self, spaces: DesignSpaces) -> None:
+        self.spaces = spaces
+        self.knob_spaces = [KnobSpace(spaces, i) for i in range(len(spaces))]
+
+    def __len__(self) -> int:
+        return len(self.knob_spaces)
+
+    def __getitem__(self, index: int) -> KnobSpace:
+        return self.knob_spaces[index]
+
+    @property
+    def size(self) -> float:
+        return sum(k.size for k in self.knob_spaces)
+
+    def _space(self, config: Config) -> KnobSpace:
+        if not 0 <= config.space < len(self.knob_spaces):
+            raise SpaceError(f"{self.spaces.workload} has no design space {config.space}")
+        return self.knob_spaces[config.space]
+
+    def schedule(self, config: Config, postprocess: bool = True, strict: bool = False) -> Candidate | None:
+        """The schedule of a configuration of any design space; None if it is invalid."""
+        if not 0 <= config.space < len(self.knob_spaces):
+            return None
+        return self.knob_spaces[config.space].schedule(config, postprocess=postprocess, strict=strict)
+
+    def config_of(self, source: Any) -> Config:
+        """The configuration of a trace/schedule/candidate/TuningRecord of any design space."""
+        trace = _trace_of(source)
+        signature = _structure(_design_insts(trace))
+        for ks in self.knob_spaces:
+            if ks.signature == signature:
+                return Config(ks.index, ks.decisions_of(trace))
+        raise SpaceError(f"{self.spaces.workload}: the trace matches none of its {len(self)} design spaces")
+
+    def sample(self, rng: np.random.Generator) -> Candidate | None:
+        """A random valid configuration of a uniformly chosen design space."""
+        return self.knob_spaces[int(rng.integers(len(self.knob_spaces)))].sample(rng)
+
+    def sample_candidates(self, n: int, seed: int = 0, exclude: set[Config] | None = None,
+                          max_attempts: int | None = None) -> list[Candidate]:
+        """Up to `n` distinct random valid configurations, skipping those in `exclude`."""
+        rng = np.random.default_rng(seed)
+        seen = set(exclude or ())
+        found: list[Candidate] = []
+        for _ in range(max_attempts or 4 * n + 20):
+            if len(found) >= n:
+                break
+            cand = self.sample(rng)
+            if cand is None or cand.config in seen:
+                continue
+            seen.add(cand.config)
+            found.append(cand)
+        return found
+
+    def neighbour(self, config: Config, rng: np.random.Generator) -> Candidate | None:
+        return self._space(config).neighbour(config, rng)
+
+    @property
+    def embedding_dim(self) -> int:
+        return len(self.knob_spaces) + max(k.embedding_dim for k in self.knob_spaces)
+
+    def embed(self, config: Config) -> np.ndarray:
+        """One-hot design space, then that space's embedding zero-padded to a common width."""
+        out = np.zeros(self.embedding_dim, dtype=np.float64)
+        out[config.space] = 1.0
+        emb = self._space(config).embed(config)
+        out[len(self.knob_spaces) : len(self.knob_spaces) + len(emb)] = emb
+        return out
