@@ -13,6 +13,7 @@ import pytest
 from metatune.dataset.card import compute_counts, read_card
 from metatune.dataset.spec import load_spec
 from metatune.dataset.store import RECORD_FILE, DatasetStore
+from metatune.encode.supergraph import Template
 
 TINY_SPEC = """
 name: tiny
@@ -136,7 +137,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert json.loads(info.stdout)["totals"]["records"] == 48
 
     # The encoding cache: every complete workload once; a second run reads it instead of re-encoding.
-    from metatune.encode import TEMPLATE_VERSION
+    TEMPLATE_VERSION = Template.load().version
 
     first = cli("dataset", "encode", str(out), timeout=300)
     assert first.returncode == 0 and "3 complete workloads, 48 programs" in first.stdout, first.stderr

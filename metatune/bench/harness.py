@@ -22,8 +22,11 @@ from typing import Any, Callable
 from metatune import MetatuneError
 from metatune.bench.references import fp32_peak_gflops, torch_reference
 from metatune.bench.suites import BenchWorkload, load_suite
+from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.env.device import local_fingerprint, usable_cores
+from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
-from metatune.tune.tuner import STRATEGIES
+from metatune.tune.tuner import STRATEGIES, tune_workload
 
 REFERENCES_FILE = "references.json"
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
@@ -109,7 +112,6 @@ class BenchProgress:
 def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
               echo: Callable[[str], None] = print, after_run: Callable[[], None] | None = None) -> None:
     """Execute the plan; results land in `config.out` as they are produced."""
-    from metatune.tune.tuner import tune_workload
 
     suite = load_suite(config.suite)
     runs = plan(suite, config.strategies, config.repeats)
@@ -181,17 +183,12 @@ def _load_references(out: Path) -> dict[str, Any]:
 
 def _tvm_threads() -> int:
     """The thread count TVM's kernels run with, so PyTorch gets the same."""
-    from metatune.env.device import usable_cores
-    from metatune.env.tvm_setup import use_threads
 
     return use_threads(usable_cores())
 
 
 def _transfer_model(echo: Callable[[str], None]) -> Any:
     """xgb-transfer's pretrained XGBModel, trained once per bench on the shipped dataset."""
-    from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-    from metatune.env.device import local_fingerprint
-    from metatune.env.tvm_setup import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     fp = local_fingerprint()

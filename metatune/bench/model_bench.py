@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune.bench.harness import BenchProgress, read_result, write_json
+from metatune.tune.model_tuner import check_request, tune_model
 
 
 def run_model_bench(model: str, trials_total: int, strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
                     progress: BenchProgress | None = None, target: str | None = None) -> None:
     """Each (strategy, repeat) tunes the model to `trials_total` trials; finished runs are skipped."""
-    from metatune.tune.model_tuner import check_request, tune_model
 
     for strategy in strategies:
         check_request(model, strategy)  # one-line errors before anything is measured

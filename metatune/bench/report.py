@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from metatune.bench.harness import REFERENCES_FILE
+from metatune.workload.operators import Workload
 
 BASELINE = "xgb"
 RESULTS_FILE = "results.csv"
@@ -100,8 +101,6 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
 
 
 def _flops(run: Run) -> float:
-    from metatune.workload.operators import Workload
-
     return float(Workload.parse(run.data["workload"]).flops)
 
 

@@ -13,19 +13,9 @@ from metatune.dataset.card import read_card
 
 def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batch: int, verify: bool,
               target: str | None = None) -> None:
-    from metatune.dataset.spec import load_spec
+    from metatune.dataset.builder import build_dataset, summarize
 
-    spec = load_spec(spec_path)  # every spec error surfaces here, before anything is measured
-    spec.training_workloads()
-    from metatune.dataset.builder import DatasetBuilder, summarize
-    from metatune.measure.measurer import Measurer, MeasureSettings
-    from metatune.measure.runners import make_runner
-
-    settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
-    runner_obj, fingerprint = make_runner(runner, settings, target)
-    measurer = Measurer(fingerprint.tvm_target(), settings, runner=runner_obj)
-    card = DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
-    typer.echo(summarize(card))
+    typer.echo(summarize(build_dataset(spec_path, out, runner, workers, batch, verify, target)))
 
 
 def run_info(directory: Path, as_json: bool) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from metatune.dataset.store import WorkloadStore
+from metatune.env.tvm_setup import import_tensor_intrinsics
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
@@ -35,8 +36,6 @@ class RecordTask:
 def record_task(store: WorkloadStore, target: Any) -> RecordTask:
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
-
-    from metatune.env.tvm_setup import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     records = store.records()

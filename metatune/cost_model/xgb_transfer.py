@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from metatune import MetatuneError
+from metatune.cost_model.xgb import record_task
 from metatune.dataset.store import DatasetStore, WorkloadStore
 from metatune.fileio import REPO_ROOT, write_atomic
 from metatune.measure.measurer import median_latency
@@ -55,8 +56,6 @@ def _cache_path(store: WorkloadStore, cache_dir: Path) -> Path:
 def _extract(store: WorkloadStore, target: Any) -> FeatureGroup:
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import shash2hex
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    from metatune.cost_model.xgb import record_task
 
     task = record_task(store, target)
     features = [x.numpy().astype("float32") for x in PerStoreFeature().extract_from(task.context, task.candidates)]

@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING
 
 from metatune import MetatuneError, __version__
 from metatune.dataset.card import compute_counts, read_card, write_card
-from metatune.dataset.spec import DatasetSpec
+from metatune.dataset.spec import DatasetSpec, load_spec
 from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
+from metatune.measure.measurer import Measurer, MeasureSettings
+from metatune.measure.runners import make_runner
 from metatune.progress import progress_bar
+from metatune.space.knob_space import DesignSpaces
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -104,8 +107,6 @@ class DatasetBuilder:
         return self._write_card(prior_wall + time.perf_counter() - start)
 
     def _measure_workload(self, store: WorkloadStore, advance) -> None:
-        from metatune.space.knob_space import DesignSpaces
-
         target = self.spec.samples_per_workload
         spaces = DesignSpaces(store.workload, self.measurer.target)
         store.ensure_workload_line(spaces.mod)
@@ -175,4 +176,17 @@ def summarize(card: dict) -> str:
     if kinds:
         lines.append("failures by kind: " + json.dumps(kinds, sort_keys=True))
     return "\n".join(lines)
+
+
+def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: int | None = None, batch: int = 32,
+                  verify: bool = True, target: str | None = None) -> dict:
+    """Build (or resume) the dataset `spec_path` describes into `out`; returns its card.
+
+    Every spec error surfaces before anything is measured."""
+    spec = load_spec(spec_path)
+    spec.training_workloads()
+    settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
+    runner_obj, fingerprint = make_runner(runner, settings, target)
+    measurer = Measurer(fingerprint.tvm_target(), settings, runner=runner_obj)
+    return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from metatune.dataset.store import DatasetStore, WorkloadStore, workload_slug
 from metatune.encode import layout
+from metatune.measure.measurer import median_latency
+from metatune.progress import progress_bar
 
 if TYPE_CHECKING:
     from metatune.encode.supergraph import GraphEncoder, Template
@@ -179,7 +180,7 @@ def concat(parts: Sequence[EncodedWorkload]) -> EncodedWorkload:
 
 
 def log_throughput(flops: float, run_secs: Sequence[float]) -> float:
-    return math.log2(flops / float(np.median([float(x) for x in run_secs])) / 1e9)
+    return math.log2(flops / median_latency([float(x) for x in run_secs]) / 1e9)
 
 
 def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorkload:
@@ -202,8 +203,6 @@ def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
     Workloads still being measured are left out: a clean checkout holds only sealed ones, so
     this keeps what a model was trained on reproducible from the repository."""
     from safetensors.torch import load_file, save_file
-
-    from metatune.progress import progress_bar
 
     stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
     out: list[EncodedWorkload] = []

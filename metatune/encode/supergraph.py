@@ -7,7 +7,6 @@ for->for along the nesting, and for->interval (node numbering, rows and edge ord
 The *super-graph template* is the union of the loop graphs of every supported family and
 design space. Each loop of a program is put in a slot named by the role of the block it
 belongs to and the role of the loop in that block:
-
     main/S1.2        the multi-level-tiled block, spatial axis 1 counted from the innermost
                      (S0 is the fastest-varying output axis), tile level 2
     main.init/S0.3   the same loop copied by decompose_reduction for the init block
@@ -57,8 +56,14 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.encode import layout
-from metatune.encode.features import FEATURE_NAMES, loop_features, owners
+from metatune.encode.features import FEATURE_NAMES, NUM_BUFFER_SLOTS, buffer_slots, loop_features, owners
 from metatune.encode.loopgraph import Block, LoopProgram, extract
+from metatune.env.target import CPU_TARGET_CLASSES
+from metatune.env.tvm_setup import import_tensor_intrinsics
+from metatune.space.knob_space import DesignSpaces, SearchSpace
+from metatune.workload.networks import get_model
+from metatune.workload.operators import Workload
+from metatune.workload.relax_tasks import extract_tasks, import_model, task_context
 
 if TYPE_CHECKING:
     import torch
@@ -547,9 +552,6 @@ def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_
 
 def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSpace"]]:
     """(task name, knob spaces) of every task Relax extracts from a network for `target`."""
-    from metatune.space.knob_space import DesignSpaces, SearchSpace
-    from metatune.workload.networks import get_model
-    from metatune.workload.relax_tasks import extract_tasks, import_model, task_context
 
     tasks = extract_tasks(import_model(get_model(model_name)).mod, target)
     return [(t.task_name, SearchSpace(DesignSpaces.from_context(task_context(t, target)))) for t in tasks]
@@ -562,11 +564,6 @@ def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_p
     (design spaces differ by vector width and ISA: AVX2 targets rfactor reductions that AVX-512
     targets do not). Nothing is compiled to machine code, so every class is probed on any host."""
     import tvm
-
-    from metatune.env.target import CPU_TARGET_CLASSES
-    from metatune.env.tvm_setup import import_tensor_intrinsics
-    from metatune.space.knob_space import DesignSpaces, SearchSpace
-    from metatune.workload.operators import Workload
 
     import_tensor_intrinsics()
     rng = np.random.default_rng(seed)
@@ -728,7 +725,6 @@ def describe(enc: EncodedProgram) -> list[str]:
     """One line per loop, indented by nesting: slot, loop name, [extent], kind, unroll pragma,
     top-down/bottom-up products and per buffer of its owner block touch/reuse/stride (features
     are shown un-logged, 2**x - 1)."""
-    from metatune.encode.features import NUM_BUFFER_SLOTS, buffer_slots
 
     kinds = {0: "serial", 1: "parallel", 2: "vector", 3: "unroll", 4: "thread"}
     col = {n: i for i, n in enumerate(FEATURE_NAMES)}

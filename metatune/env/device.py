@@ -19,6 +19,9 @@ import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from metatune import MetatuneError
+from metatune.env.target import parse_target, target_json
+
 # Flags that change what LLVM may emit for the tensor programs we tune.
 CODEGEN_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
@@ -210,7 +213,6 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
     """The device a `--target` names: this machine when None; this machine compiled for another
     CPU class when the target runs here (`x86_64-znver3-as-haswell-2c`); else a device known from
     the target alone (`aarch64-generic-2c`), which can be encoded for but not measured here."""
-    from metatune.env.target import parse_target, target_json
 
     host = host or local_fingerprint()
     if text is None:
@@ -250,7 +252,6 @@ def missing_flags(flags: Iterable[str], host: DeviceFingerprint) -> list[str]:
 
 def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None = None) -> None:
     """Refuse, in one line, to measure on a device this machine cannot run."""
-    from metatune import MetatuneError
 
     host = host or local_fingerprint()
     if device.arch in ("cuda", "rocm", "vulkan", "opencl", "metal"):

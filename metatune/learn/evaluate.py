@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from metatune.cost_model.gcn import CostModel
+from metatune.cost_model.xgb import xgb_predict
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
 from metatune.learn.maml import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by
 from metatune.learn.metrics import all_metrics
@@ -170,7 +171,6 @@ def frozen_copy(model: CostModel) -> CostModel:
 
 def xgb_method(record_tasks: Sequence["RecordTask"], start: Callable[[], object]) -> Method:
     """TVM's XGBModel, started fresh (`xgb`) or from a transfer model (`xgb-transfer`)."""
-    from metatune.cost_model.xgb import xgb_predict
 
     def method(t: int, support: np.ndarray, query: np.ndarray, seed: int) -> np.ndarray:
         np.random.seed(seed)

@@ -22,7 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from metatune import MetatuneError, __version__
 from metatune.cost_model.gcn import CostModel, ModelConfig
+from metatune.cost_model.xgb import new_xgb, record_task
+from metatune.cost_model.xgb_transfer import TransferredXGB
+from metatune.dataset.card import read_card
+from metatune.dataset.store import DatasetStore
 from metatune.encode.graphs import EncodedWorkload, FeatureStats, GraphBuilder, load_encoded, split_sets
+from metatune.encode.supergraph import GraphEncoder, Template
+from metatune.env.device import DeviceFingerprint
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
 from metatune.learn.evaluate import (
     EvalConfig,
@@ -114,7 +120,6 @@ def _split_validation(train: list[EncodedWorkload], fraction: float, seed: int):
 def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorkload], list[EncodedWorkload],
                                                                list[EncodedWorkload], list[EncodedWorkload]]:
     """All encoded workloads with enough records for a MAML task, then training, validation and held-out."""
-    from metatune.encode.supergraph import GraphEncoder
 
     encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
     train_all, heldout = split_sets(encoded)
@@ -124,7 +129,6 @@ def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorklo
 
 def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed: int) -> tuple[CostModel, GraphBuilder]:
     """An untrained cost model for `mode`, with its builder normalising features by `train`'s statistics."""
-    from metatune.encode.supergraph import Template
 
     template = Template.load()
     builder = GraphBuilder(template, mode, FeatureStats.fit(train))
@@ -160,8 +164,6 @@ class TrainedModel:
 
     @classmethod
     def from_state(cls, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> "TrainedModel":
-        from metatune.encode.supergraph import Template
-
         template = Template.load()
         if metadata.get("template_version") != template.version:
             raise MetatuneError(
@@ -216,11 +218,6 @@ def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWor
         methods["metatune-plain"] = gcn_adapter(plain.model, plain.builder, heldout, plain.maml)
     methods = {k: v for k, v in methods.items() if k in eval_cfg.methods or k == "metatune-plain"}
     if {"xgb", "xgb-transfer"} & set(eval_cfg.methods):
-        from metatune.cost_model.xgb import new_xgb, record_task
-        from metatune.dataset.card import read_card
-        from metatune.dataset.store import DatasetStore
-        from metatune.env.device import DeviceFingerprint
-
         target = DeviceFingerprint.from_json(read_card(data_dir)["device"]).tvm_target()
         stores = {s.workload.key: s for s in DatasetStore(data_dir)}
         echo("xgb: extracting held-out candidates")
@@ -228,8 +225,6 @@ def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWor
         if "xgb" in eval_cfg.methods:
             methods["xgb"] = xgb_method(held_tasks, new_xgb)
         if "xgb-transfer" in eval_cfg.methods:
-            from metatune.cost_model.xgb_transfer import TransferredXGB
-
             methods["xgb-transfer"] = xgb_method(held_tasks, TransferredXGB.from_dataset(data_dir, target, echo).fresh)
     return evaluate(heldout, methods, eval_cfg, on_step=lambda s: echo(f"evaluate {s}"))
 
@@ -261,8 +256,6 @@ def plot_curves(log: TrainLog, result: EvalResult, out: Path) -> None:
 
 def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
     """The whole `metatune train` command; returns the card."""
-    from metatune.dataset.card import read_card
-    from metatune.encode.supergraph import GraphEncoder
 
     config = load_config(config_path)
     dataset_card = read_card(data_dir)

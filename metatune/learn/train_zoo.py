@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 
 from metatune import MetatuneError
+from metatune.dataset.builder import build_dataset
+from metatune.dataset.card import read_card
 from metatune.fileio import REPO_ROOT
+from metatune.learn.train import load_config, run_train
+from metatune.zoo import publish
 
 
 def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Path = REPO_ROOT / "runs",
               zoo_dir: Path | None = None) -> list[str]:
-    from metatune.dataset.card import read_card
-    from metatune.learn.train import load_config, run_train
-    from metatune.zoo import publish
-
     configs = sorted(configs_dir.glob("*.yaml"))
     if not configs:
         raise MetatuneError(f"no training configs in {configs_dir}")
@@ -26,9 +26,8 @@ def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Pat
         data = REPO_ROOT / config.dataset
         if read_card(data) is None:
             print(f"[train-zoo] {config.name}: no dataset at {data}; building it from {config.spec}", flush=True)
-            from metatune.cli.dataset import run_build
 
-            run_build(REPO_ROOT / config.spec, data, "local", None, 32, True)
+            build_dataset(REPO_ROOT / config.spec, data)
         run_dir = runs_dir / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"[train-zoo] {config.name}: training into {run_dir}", flush=True)
         run_train(data, path, run_dir)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence
 
+from metatune.env.device import usable_cores
+from metatune.env.tvm_setup import use_threads
 from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck
 from metatune.workload.operators import Workload
 
@@ -116,9 +118,6 @@ class Measurer:
     ) -> None:
         from tvm.s_tir.meta_schedule.builder import LocalBuilder
         from tvm.s_tir.meta_schedule.runner import LocalRunner
-
-        from metatune.env.device import usable_cores
-        from metatune.env.tvm_setup import use_threads
 
         self.target = target
         settings = settings or MeasureSettings()

@@ -19,14 +19,16 @@ import signal
 import sys
 from typing import Any, Sequence
 
+from metatune import MetatuneError
+from metatune.env.device import local_fingerprint
+from metatune.measure.runners import KEY_RE, parse_tracker
+
 FINGERPRINT_FUNC = "metatune.device_fingerprint"  # same name as metatune.measure.runners.FINGERPRINT_FUNC
 
 
 def register_fingerprint() -> None:
     """Runs in TVM's listener process; the session processes it forks inherit the function."""
     import tvm_ffi
-
-    from metatune.env.device import local_fingerprint
 
     text = json.dumps(local_fingerprint().to_json(), sort_keys=True)
     tvm_ffi.register_global_func(FINGERPRINT_FUNC, lambda: text, override=True)
@@ -48,9 +50,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     from tvm import rpc
 
-    from metatune import MetatuneError
-    from metatune.measure.runners import KEY_RE, parse_tracker
-
     try:
         tracker = parse_tracker(args.tracker)
     except MetatuneError as err:
@@ -58,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not KEY_RE.fullmatch(args.key):
         sys.exit(f"error: key {args.key!r} may only hold letters, digits, '.', '_' and '-'")
     logging.basicConfig(level=logging.ERROR if args.silent else logging.INFO)
-    # Imported under its package name so the callback is pickled by reference, not by value.
+    # Imported under its package name (not __main__) so the callback is pickled by reference, not by value.
     from metatune.measure.rpc_server import register_fingerprint as init
 
     server = rpc.Server(

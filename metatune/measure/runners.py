@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from metatune import MetatuneError
+from metatune.env.device import (
+    LLVM_TO_CPUINFO,
+    DeviceFingerprint,
+    fingerprint_for_target,
+    fingerprint_from_flags,
+    local_fingerprint,
+    require_runnable,
+)
 
 if TYPE_CHECKING:
     from tvm.rpc import RPCSession, TrackerSession
@@ -204,7 +212,6 @@ def remote_fingerprint(sess: "RPCSession") -> tuple["DeviceFingerprint | None", 
     CPU features, name, triple and core count; only the marketing model name is missing.
     A runtime-only server answers neither: (None, "unknown").
     """
-    from metatune.env.device import DeviceFingerprint
 
     try:
         text = str(sess.get_function(FINGERPRINT_FUNC)())
@@ -219,8 +226,6 @@ def remote_fingerprint(sess: "RPCSession") -> tuple["DeviceFingerprint | None", 
 
 def _fingerprint_from_llvm(sess: "RPCSession") -> "DeviceFingerprint":
     import tvm
-
-    from metatune.env.device import LLVM_TO_CPUINFO, fingerprint_from_flags
 
     get = sess.get_function
     # The feature map is a remote object: serialise it there, rebuild it here.
@@ -265,7 +270,6 @@ def query_fingerprints(spec: RpcSpec, count: int) -> list[tuple["DeviceFingerpri
 
 def agreed_fingerprint(spec: RpcSpec, count: int) -> "DeviceFingerprint":
     """The one device class behind a key; a warned assumption only when no server can say."""
-    from metatune.env.device import local_fingerprint
 
     answers = query_fingerprints(spec, count)
     known = [fp for fp, _ in answers if fp is not None]
@@ -294,7 +298,6 @@ def make_runner(spec: str, settings: "MeasureSettings", target: str | None = Non
 
     `target` (a `--target` text) compiles for that target instead of the device's own; measuring
     locally on a target this machine cannot run is refused here, before anything is built."""
-    from metatune.env.device import fingerprint_for_target, require_runnable
 
     if spec == "local":
         device = fingerprint_for_target(target)
@@ -315,8 +318,6 @@ def make_rpc_runner(spec: RpcSpec, settings: "MeasureSettings") -> tuple[Any, "D
     """MetaSchedule's RPCRunner on the servers under the key, one connection per server."""
     from tvm.s_tir.meta_schedule.runner import RPCConfig, RPCRunner
     from tvm.support.popen_pool import PopenPoolExecutor
-
-    from metatune.env.device import local_fingerprint
 
     status = tracker_status(spec.tracker)
     servers = status[spec.key].servers if spec.key in status else []

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 
 import numpy as np
 
+from metatune.env.plugin import search_strategy_class
 from metatune.measure.measurer import median_latency, successful_run_seconds
 from metatune.search import bo
 from metatune.space.knob_space import Candidate, Config, DesignSpaces, SearchSpace, SpaceError
@@ -487,7 +488,6 @@ class _BatchBOLogic:
 
 def _batch_bo_class() -> Any:
     """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-    from metatune.env.plugin import search_strategy_class
 
     return search_strategy_class(
         _BatchBOLogic, "BatchBO",

@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from metatune import MetatuneError
 from metatune.encode.graphs import EncodedWorkload, concat, encode_programs, iter_batches, log_throughput
+from metatune.encode.supergraph import GraphEncoder
 from metatune.fileio import WEIGHTS_FILE
 from metatune.learn.maml import adapt, adaptable_params, standardize_by
 from metatune.learn.train import TrainedModel
+from metatune.zoo import load_checkpoint
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
@@ -63,8 +66,6 @@ def _make_class():
 
         def __init__(self, trained: TrainedModel, adapt_steps: int | None = None, adapt_lr: float | None = None,
                      max_support: int = 256) -> None:
-            from metatune.encode.supergraph import GraphEncoder
-
             super().__init__()
             self.trained = trained
             self.encoder = GraphEncoder()
@@ -199,15 +200,12 @@ def load_trained(checkpoint: str | Path) -> TrainedModel:
     if path.is_dir():
         path = path / WEIGHTS_FILE
     if not path.exists():
-        from metatune import MetatuneError
-
         raise MetatuneError(f"checkpoint not found: {path}")
     return TrainedModel.load(path)
 
 
 def load_from_zoo(entry: Any) -> TrainedModel:
     """A zoo checkpoint, after the zoo has verified its sha256 and template version."""
-    from metatune.zoo import load_checkpoint
 
     tensors, card = load_checkpoint(entry)
     metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in card["weights_metadata"].items()}

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import numpy as np
 
 from metatune import MetatuneError
+from metatune.env.tvm_setup import import_tensor_intrinsics
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ class DesignSpaces:
 
     def __init__(self, workload: Workload, target: "tvm.target.Target") -> None:
         from tvm.s_tir import meta_schedule as ms
-
-        from metatune.env.tvm_setup import import_tensor_intrinsics
 
         import_tensor_intrinsics()
         self.workload = workload

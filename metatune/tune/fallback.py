@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from metatune.encode.supergraph import REBUILD_HINT
+from metatune.space.knob_space import DesignSpaces, SearchSpace
+
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
@@ -31,7 +34,6 @@ logger = logging.getLogger(__name__)
 def _reason(err: Exception) -> str:
     """The error's message without the template-rebuild advice (it is the same for every task);
     errors raised in Python and re-raised by TVM keep the message on their last line."""
-    from metatune.encode.supergraph import REBUILD_HINT
 
     lines = str(err).strip().splitlines() or [type(err).__name__]
     return lines[-1].replace(f": {REBUILD_HINT}", "").strip()
@@ -41,7 +43,6 @@ def uncovered_reason(context: "TuneContext", encoder: "GraphEncoder", samples_pe
                      seed: int = 0) -> str | None:
     """None when BatchBO's knob space and the graph encoder accept every design space of the
     task (on `samples_per_space` random configurations each); otherwise why not."""
-    from metatune.space.knob_space import DesignSpaces, SearchSpace
 
     try:
         space = SearchSpace(DesignSpaces.from_context(context))

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from metatune import MetatuneError
+from metatune.encode.supergraph import GraphEncoder
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.tune import model_runtime
+from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.tuner import (
     measure_seconds,
@@ -32,6 +35,7 @@ from metatune.tune.tuner import (
     warm_start,
 )
 from metatune.workload.networks import get_model
+from metatune.workload.relax_tasks import compile_model, extract_tasks, import_model, task_context
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
@@ -94,9 +98,6 @@ def _best_us(latencies: list[float | None]) -> float | None:
 
 def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
     """Task name -> why metatune's cost model cannot encode it (None when it can)."""
-    from metatune.encode.supergraph import GraphEncoder
-    from metatune.tune.fallback import uncovered_reason
-    from metatune.workload.relax_tasks import task_context
 
     encoder = GraphEncoder()
     out = {}
@@ -114,8 +115,6 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
     `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
-
-    from metatune.workload.relax_tasks import task_context
 
     set_meta_schedule_console(verbose)
     detach_unnamed_meta_schedule_log_handlers()
@@ -141,8 +140,6 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     XGBModel (through RoutedCostModel) and EvolutionarySearch."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.tune.fallback import RoutedCostModel
-
     cost_model, search = strategy_parts(strategy, setup, seed)
     tuners = {t.task_name: strategy for t in tasks}
     searches = [search] * len(tasks)
@@ -166,9 +163,6 @@ def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tu
     """(compile seconds, max relative error against PyTorch, TVM ms, PyTorch ms)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from metatune.tune import model_runtime
-    from metatune.workload.relax_tasks import compile_model
-
     t0 = time.perf_counter()
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
     compiled = model_runtime.CompiledModel(compile_model(model.mod, target, database))
@@ -188,8 +182,6 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     then compile the model with the best schedules, check it against PyTorch and time both.
     MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
-
-    from metatune.workload.relax_tasks import extract_tasks, import_model
 
     start = time.perf_counter()
     spec = check_request(model_name, strategy)

@@ -20,11 +20,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune import MetatuneError
-from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
 from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
-from metatune.measure.measurer import median_latency, successful_run_seconds
+from metatune.measure.check import check_schedule
+from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
+from metatune.measure.runners import make_runner
+from metatune.search.batch_bo import BatchBO
+from metatune.search.gradient.search import GradientSearch
+from metatune.search.online_model import MetaTuneCostModel, load_from_zoo, load_trained
+from metatune.space.knob_space import DesignSpaces
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
+from metatune.zoo import ZooWarning, default_zoo_dir, resolve
 
 STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
 
@@ -79,7 +87,6 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
 
 def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, list[str]]:
     """The trained model to tune with: `auto` resolves the zoo for this device."""
-    from metatune.search.online_model import load_from_zoo, load_trained
 
     notes: list[str] = []
     if checkpoint != "auto":
@@ -93,7 +100,6 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
                 warnings.warn(note, stacklevel=2)
                 notes.append(note)
         return trained, str(checkpoint), notes
-    from metatune.zoo import ZooWarning, default_zoo_dir, resolve
 
     zoo_dir = default_zoo_dir()
     if not (zoo_dir / INDEX_FILE).exists():
@@ -156,9 +162,6 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
         raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if trials < 1:
         raise MetatuneError("--trials must be >= 1")
-    from metatune.env.tvm_setup import import_tensor_intrinsics
-    from metatune.measure.measurer import Measurer, MeasureSettings
-    from metatune.measure.runners import make_runner
 
     import_tensor_intrinsics()
     settings = MeasureSettings(verify=False)
@@ -168,8 +171,6 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     if strategy in ("metatune", "gradient"):
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
     elif strategy == "xgb-transfer":
-        from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-
         setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
     return setup
 
@@ -182,14 +183,10 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
         return setup.transfer.fresh(), "evolutionary"
     if strategy == "random":
         return "random", "replay-trace"
-    from metatune.search.online_model import MetaTuneCostModel
 
     if strategy == "gradient":
-        from metatune.search.gradient.search import GradientSearch
-
         cost_model = MetaTuneCostModel(setup.trained)
         return cost_model, GradientSearch(cost_model, seed=seed)
-    from metatune.search.batch_bo import BatchBO
 
     return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
 
@@ -202,9 +199,6 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     `transfer` and `target` (a `--target` text; None: this machine): see `prepare`. MetaSchedule's
     logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
-
-    from metatune.measure.check import check_schedule
-    from metatune.space.knob_space import DesignSpaces
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
     tvm_target, measurer = setup.target, setup.measurer

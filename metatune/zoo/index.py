@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from metatune.encode.supergraph import Template
 from metatune.fileio import INDEX_FILE, REPO_ROOT, WEIGHTS_FILE, write_atomic
 from metatune.zoo.errors import ZooError
 
@@ -28,12 +29,8 @@ def default_zoo_dir() -> Path:
 
 
 def code_template_version() -> str:
-    """The super-graph template version of the installed encoder (imported lazily: it pulls TVM)."""
-    try:
-        from metatune.encode import TEMPLATE_VERSION
-    except ImportError as err:
-        raise ZooError(f"cannot read the encoder's template version (metatune.encode.TEMPLATE_VERSION): {err}") from err
-    return str(TEMPLATE_VERSION)
+    """The super-graph template version of the installed encoder."""
+    return Template.load().version
 
 
 def version_number(version: str) -> int:

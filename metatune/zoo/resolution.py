@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metatune.env.device import AMD_CLASSES, X86_CLASS_ORDER, X86_ISA_CLASSES, DeviceFingerprint
+from metatune.env.device import AMD_CLASSES, X86_CLASS_ORDER, X86_ISA_CLASSES, DeviceFingerprint, local_fingerprint
 from metatune.zoo import index
 from metatune.zoo.errors import NoCheckpointError, TemplateVersionError, ZooError, ZooWarning
 from metatune.zoo.index import TRAIN_HINT, ZooEntry, describe, read_index
@@ -83,8 +83,6 @@ def resolve(device: DeviceFingerprint | str | None = None, root: Path | None = N
     """
     root = Path(root) if root is not None else index.default_zoo_dir()
     if device is None:
-        from metatune.env.device import local_fingerprint
-
         device = local_fingerprint()
     elif isinstance(device, str):
         device = fingerprint_from_id(device)

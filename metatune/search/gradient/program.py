@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, Union
 
 from metatune.encode.loopgraph import extract, type_key
 from metatune.search.gradient import NotDifferentiable
+from metatune.space.knob_space import CATEGORICAL, COMPUTE_LOCATION, PARTITIONED_TILE, TILE
 
 if TYPE_CHECKING:
     from metatune.space.knob_space import Config, KnobSpace
@@ -312,8 +313,6 @@ def _replay(ks: "KnobSpace", config: "Config") -> tuple[Any, list[tuple[int, str
     (position, block, loop name, extent, levels, max innermost factor)."""
     from tvm.s_tir import Schedule
 
-    from metatune.space.knob_space import TILE
-
     position = {k.inst_index: k.position for k in ks.knobs}
     sch = Schedule(ks.spaces.mod)
     tiles: list[tuple[int, str, str, int, int, int]] = []
@@ -348,7 +347,6 @@ def _block_below(stmt: Any) -> str:
 def build(ks: "KnobSpace", config: "Config") -> SymbolicProgram:
     """The symbolic program of the variant `config` belongs to (its compute locations and
     categoricals), read at `config`, which must be valid (compute locations not snapped)."""
-    from metatune.space.knob_space import CATEGORICAL, COMPUTE_LOCATION, PARTITIONED_TILE
 
     where = f"{ks.spaces.workload} design space {ks.index}"
     for knob in ks.knobs:
@@ -376,8 +374,6 @@ def build(ks: "KnobSpace", config: "Config") -> SymbolicProgram:
 
 
 def _unroll_knob(ks: "KnobSpace", annotations: dict[str, Any], config: "Config", where: str) -> UnrollKnob | None:
-    from metatune.space.knob_space import CATEGORICAL
-
     keys = [k for k in UNROLL_ANNS if k in annotations]
     if not keys:
         return None

@@ -36,7 +36,9 @@ import torch
 
 from metatune import MetatuneError
 from metatune.encode import layout
-from metatune.measure.measurer import successful_run_seconds
+from metatune.encode.supergraph import GraphEncoder
+from metatune.env.plugin import search_strategy_class
+from metatune.measure.measurer import median_latency, successful_run_seconds
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.program import Variant
 from metatune.search.gradient.variants import VariantModel, Variants
@@ -173,8 +175,6 @@ class _GradientLogic:
                     database: "Database | None") -> None:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-        from metatune.encode.supergraph import GraphEncoder
-
         t0 = time.perf_counter()
         if self.context is None:
             raise RuntimeError("GradientSearch.pre_tuning before _initialize_with_tune_context")
@@ -231,7 +231,7 @@ class _GradientLogic:
                 self.failures.add(config)
                 self.stats.failed += 1
             else:
-                self.observations[config] = statistics.median(secs)
+                self.observations[config] = median_latency(secs)
                 self.stats.measured += 1
 
     def clone(self) -> Any:
@@ -490,7 +490,7 @@ class _GradientLogic:
             if secs is None:
                 self.failures.add(config)
             else:
-                self.observations.setdefault(config, statistics.median(secs))
+                self.observations.setdefault(config, median_latency(secs))
 
 
 def _key(score: float) -> float:
@@ -500,7 +500,6 @@ def _key(score: float) -> float:
 
 def _gradient_search_class() -> Any:
     """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-    from metatune.env.plugin import search_strategy_class
 
     return search_strategy_class(
         _GradientLogic, "GradientSearch",

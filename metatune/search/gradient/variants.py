@@ -20,6 +20,7 @@ from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.features import VariantFeatures
 from metatune.search.gradient.program import SymbolicProgram, Variant, build
 from metatune.search.gradient.relax import TileRelaxation
+from metatune.space.knob_space import COMPUTE_LOCATION, Config
 
 if TYPE_CHECKING:
     from metatune.encode.graphs import GraphBuilder
@@ -41,7 +42,6 @@ class VariantModel:
 
     def config(self, tiles: tuple[tuple[int, ...], ...], unroll: int) -> "Config":
         """The configuration with these tilings (knob order of the program) and unroll index."""
-        from metatune.space.knob_space import Config
 
         decisions: list = list(self.ks.default.decisions)
         for knob, tile in zip(self.program.knobs, tiles):
@@ -54,8 +54,6 @@ class VariantModel:
 
 
 def variant_of(ks: "KnobSpace", config: "Config") -> Variant:
-    from metatune.space.knob_space import COMPUTE_LOCATION
-
     return Variant(ks.index, tuple((k.position, int(config.decisions[k.position]))  # type: ignore[arg-type]
                                    for k in ks.knobs if k.kind == COMPUTE_LOCATION))
 
@@ -65,8 +63,6 @@ class Variants:
 
     def __init__(self, space: "SearchSpace", builder: "GraphBuilder", encoder: "GraphEncoder",
                  rng: np.random.Generator, probes: int = 3) -> None:
-        from metatune.space.knob_space import COMPUTE_LOCATION
-
         self.space, self.builder, self.encoder = space, builder, encoder
         self.references: dict[Variant, "Config"] = {}
         self.models: dict[Variant, VariantModel] = {}

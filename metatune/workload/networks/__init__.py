@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from metatune import MetatuneError
+from metatune.workload.networks.resnet import resnet18
+from metatune.workload.networks.tiny import TinyCNN
 
 if TYPE_CHECKING:
     import torch
@@ -43,14 +45,10 @@ class ModelSpec:
 
 
 def _resnet18() -> "CalibratedModule":
-    from metatune.workload.networks.resnet import resnet18
-
     return resnet18()
 
 
 def _tinycnn() -> "CalibratedModule":
-    from metatune.workload.networks.tiny import TinyCNN
-
     return TinyCNN()
 
 
