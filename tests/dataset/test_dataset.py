@@ -14,6 +14,7 @@ from metatune.dataset.card import compute_counts, read_card
 from metatune.dataset.spec import load_spec
 from metatune.dataset.store import RECORD_FILE, DatasetStore
 from metatune.encode.supergraph import Template
+from metatune.fileio import REPO_ROOT
 
 TINY_SPEC = """
 name: tiny
@@ -60,7 +61,7 @@ def test_bad_specs_are_rejected_before_measuring(tmp_path, replace, fragment):
 
 
 def test_held_out_never_in_training(tmp_path):
-    spec = load_spec(Path(__file__).parents[1] / "datasets/specs/default-cpu.yaml")
+    spec = load_spec(REPO_ROOT / "datasets/specs/default-cpu.yaml")
     held = {w.key for w in spec.held_out_workloads()}
     train = {w.key for w in spec.training_workloads()}
     assert held and train and not (held & train)

@@ -13,12 +13,12 @@ from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
 from metatune.encode.layout import FIRST_FEATURE, NODE_WIDTH, interval_node, num_edges, template_edges, width
 from metatune.encode.loopgraph import extract
 from metatune.encode.supergraph import TEMPLATE_PATH, GraphEncoder, Template, TemplateMismatch, build_template
+from metatune.fileio import REPO_ROOT
 from metatune.space.knob_space import CATEGORICAL
 from metatune.workload.operators import FAMILIES
-
-from .conftest import SMALL_SHAPES
-from .conftest import local_target as target
-from .conftest import small_search_space as search_space
+from tests.conftest import SMALL_SHAPES
+from tests.conftest import local_target as target
+from tests.conftest import small_search_space as search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
 
@@ -316,7 +316,7 @@ def test_template_ships_as_package_data():
 
     import metatune.encode
 
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     assert TEMPLATE_PATH.parent == Path(metatune.encode.__file__).parent
     assert TEMPLATE_PATH.name in pyproject["tool"]["setuptools"]["package-data"]["metatune.encode"]
 

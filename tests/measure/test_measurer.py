@@ -8,8 +8,7 @@ from metatune.measure.check import check_schedule
 from metatune.measure.measurer import FailureKind, Measurer, MeasureSettings
 from metatune.space.knob_space import DesignSpaces
 from metatune.workload.operators import FAMILIES, Workload
-
-from .conftest import SMALL_SHAPES
+from tests.conftest import SMALL_SHAPES
 
 
 @pytest.fixture(scope="module")

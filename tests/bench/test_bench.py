@@ -15,8 +15,9 @@ from metatune import MetatuneError
 from metatune.bench.harness import BenchConfig, merge_segments, plan
 from metatune.bench.suites import load_suite
 from metatune.dataset.store import DatasetStore
+from metatune.fileio import REPO_ROOT
 
-SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 STRATEGIES = ["metatune", "xgb", "xgb-transfer", "random"]
 
 

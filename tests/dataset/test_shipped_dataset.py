@@ -1,13 +1,13 @@
 """The dataset shipped for this machine's device class is consistent and readable by TVM."""
 
-from pathlib import Path
 
 import pytest
 
 from metatune.dataset.card import compute_counts, read_card
 from metatune.dataset.store import DatasetStore
+from metatune.fileio import REPO_ROOT
 
-SHIPPED = Path(__file__).parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.features import NUM_FEATURES
 from metatune.encode.graphs import FeatureStats, GraphBuilder, encode_programs
 from metatune.encode.supergraph import GraphEncoder, Template
+from metatune.fileio import REPO_ROOT
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.features import VariantFeatures
 from metatune.search.gradient.program import build
@@ -22,13 +22,12 @@ from metatune.search.gradient.relax import TileRelaxation
 from metatune.search.gradient.variants import VariantModel, variant_of
 from metatune.space.knob_space import CATEGORICAL, TILE, Config, DesignSpaces, KnobSpace, SearchSpace
 from metatune.workload.operators import Workload, resolve_workload
-
-from .conftest import SMALL_SHAPES
+from tests.conftest import SMALL_SHAPES
 
 C6 = "C6"  # ResNet-18 conv2d 128x28x28, 3x3: a padding stage with a compute location
 DENSE = SMALL_SHAPES["dense"]
 TINY_DENSE = "dense:m=4,n=4,k=4"  # small enough to enumerate every configuration
-ZOO = Path(__file__).parents[1] / "zoo"
+ZOO = REPO_ROOT / "zoo"
 
 
 @functools.lru_cache(maxsize=None)

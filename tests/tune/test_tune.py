@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from metatune.fileio import REPO_ROOT
 from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workload.operators import Workload
 
 SMALL = "dense:m=64,n=64,k=64"
-ZOO = Path(__file__).parents[1] / "zoo"
+ZOO = REPO_ROOT / "zoo"
 
 
 def tune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -197,8 +197,7 @@ def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, targ
     from metatune.measure.measurer import FailureKind, Measurer, MeasureSettings
     from metatune.space.knob_space import DesignSpaces
     from metatune.workload.operators import Workload
-
-    from .conftest import SMALL_SHAPES
+    from tests.conftest import SMALL_SHAPES
 
     workload = Workload.parse(SMALL_SHAPES["dense"])
     cands = [c.measure_candidate() for c in DesignSpaces(workload, target).random_candidates(3, seed=0)]

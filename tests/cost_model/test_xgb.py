@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from metatune.cost_model.xgb import new_xgb, record_task, xgb_predict
 from metatune.dataset.store import DatasetStore
+from metatune.fileio import REPO_ROOT
 
-SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,9 @@ from metatune.space.knob_space import (
     perfect_tilings,
 )
 from metatune.workload.operators import FAMILIES
-
-from .conftest import SMALL_SHAPES
-from .conftest import local_target as target
-from .conftest import small_search_space as search_space
+from tests.conftest import SMALL_SHAPES
+from tests.conftest import local_target as target
+from tests.conftest import small_search_space as search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
 

@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 
 from metatune.workload.operators import FAMILIES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
-
-from .conftest import SMALL_SHAPES
+from tests.conftest import SMALL_SHAPES
 
 
 def test_every_family_has_a_small_shape():

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from metatune import MetatuneError
 from metatune.cli.main import app
 from metatune.dataset.store import DatasetStore
+from metatune.fileio import REPO_ROOT
 from metatune.learn.train import load_config
 
-SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "x86_64-sapphirerapids-2c"
+SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ZOO = Path(__file__).parents[1] / "zoo"
+from metatune.fileio import REPO_ROOT
+
+ZOO = REPO_ROOT / "zoo"
 needs_zoo = pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
 
 

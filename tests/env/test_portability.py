@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from metatune.env.target import CPU_TARGET_CLASSES
-
-from .conftest import SMALL_SHAPES
+from tests.conftest import SMALL_SHAPES
 
 CLASSES = sorted(CPU_TARGET_CLASSES)
 x86_host = pytest.mark.skipif(platform.machine() not in ("x86_64", "amd64"),
