@@ -1,5 +1,5 @@
 """The `metatune` command line: one sub-command per pipeline stage."""
 
-from metatune.cli.main import app, main
+from metatune.cli.app import app, main
 
 __all__ = ["app", "main"]

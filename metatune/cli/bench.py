@@ -3,16 +3,47 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import parse_ints, parse_list
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, parse_ints, parse_list
+
+app = typer.Typer()
+
+
+@app.command()
+def bench(
+    suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "
+                                            "file listing workload texts or {name, workload} items."),
+    model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (e.g. resnet18) "
+                                                   "per strategy and time it against PyTorch eager."),
+    trials_total: int = typer.Option(1000, min=1, help="With --model: trials per strategy over all of the model's tasks."),
+    budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
+    strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
+    repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
+    out: Path = typer.Option(Path("runs/bench"), help="Output directory; re-running with it resumes."),
+    checkpoint: str = typer.Option("auto", help="Checkpoint for the metatune strategy ('auto' = zoo)."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+    trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
+    references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
+    report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
+) -> None:
+    """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
+    if model is not None:
+        run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner, trials_per_iter,
+                                report_only, target)
+        return
+    run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter, references,
+                      report_only, target)
 
 
 def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,
                             checkpoint: str, runner: str, trials_per_iter: int, report_only: bool,
                             target: str | None = None) -> None:
+    """`--model NAME`: each strategy tunes all the model's tasks; the table compares them with PyTorch eager."""
     from metatune.bench.harness import BenchProgress
     from metatune.bench.model_bench import model_table, run_model_bench
     from metatune.progress import progress_bar
@@ -36,6 +67,8 @@ def run_model_bench_command(model: str, trials_total: int, strategies: str, repe
 def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
                       runner: str, trials_per_iter: int, references: bool, report_only: bool,
                       target: str | None = None) -> None:
+    """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
+    results are readable and a re-run resumes."""
     from metatune.bench.harness import BenchConfig, BenchProgress, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
     from metatune.progress import progress_bar

@@ -1,11 +1,50 @@
-"""Implementations of the CLI sub-commands (kept apart from argument parsing)."""
+"""What the CLI's commands share: option help texts, JSON output, list parsing, one-line errors."""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
 from metatune import MetatuneError
+
+RUNNER_HELP = (
+    "Where to time candidates: 'local', or 'rpc://HOST:PORT/KEY' for the servers registered under KEY at a "
+    "TVM RPC tracker (building stays on this machine; the target is the remote device's)."
+)
+
+TARGET_HELP = (
+    "TVM target to compile for: JSON ('{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}'), a tag ('nvidia/nvidia-h100') or "
+    "the string form ('llvm -mcpu=znver3 -num-cores=2'). Default: this machine's (`metatune device`)."
+)
+
+
+def echo_json(data: object) -> None:
+    """Print `data` as indented JSON, for `--json` flags that print instead of writing a file."""
+    typer.echo(json.dumps(data, indent=2))
+
+
+def write_json(data: object, path: Path) -> None:
+    """Write `data` as indented JSON, for `--json FILE` options."""
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Report user errors (MetatuneError) as one line on stderr with exit status 2, not as a traceback."""
+    try:
+        yield
+    except MetatuneError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(2)
 
 
 def parse_list(text: str, what: str) -> list[str]:
+    """Split a comma-separated option value; an empty list is a user error naming the option `what`."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise MetatuneError(f"{what}: expected a comma-separated list, got {text!r}")

@@ -1,37 +1,63 @@
-"""`metatune dataset build | info | encode | export`."""
+"""`metatune dataset build | info | encode | export`: datasets of measured programs."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from metatune import MetatuneError
-from metatune.dataset.card import read_card
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, echo_json
+
+app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
 
 
-def run_build(spec_path: Path, out: Path, runner: str, workers: int | None, batch: int, verify: bool,
-              target: str | None = None) -> None:
+@app.command("build")
+def dataset_build(
+    spec: Path = typer.Option(..., help="Dataset spec (YAML), e.g. datasets/specs/default-cpu.yaml."),
+    out: Path = typer.Option(..., help="Dataset directory; re-running with the same directory resumes."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
+    batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
+    verify: bool = typer.Option(True, help="Check each build against NumPy before timing it."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+) -> None:
+    """Sample workloads from a spec and measure random configurations into a TVM JSON database.
+
+    Resumable: a re-run continues where it stopped and never re-measures a recorded
+    configuration; killing it at any moment loses at most the batch in flight.
+    """
     from metatune.dataset.builder import build_dataset, summarize
 
-    typer.echo(summarize(build_dataset(spec_path, out, runner, workers, batch, verify, target)))
+    typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target)))
 
 
-def run_info(directory: Path, as_json: bool) -> None:
+@app.command("info")
+def dataset_info(
+    directory: Path = typer.Argument(..., help="Dataset directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the dataset card as JSON."),
+) -> None:
+    """Summarise a dataset: counts per family and split, failures by kind, provenance."""
     from metatune.dataset.builder import summarize
+    from metatune.dataset.card import read_card
 
     card = read_card(directory)
     if card is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json); build one with 'metatune dataset build'")
     if as_json:
-        typer.echo(json.dumps(card, indent=2))
+        echo_json(card)
     else:
         typer.echo(summarize(card))
 
 
-def run_encode(directory: Path) -> None:
-    """Materialise the super-graph encodings of every complete workload (the training cache)."""
+@app.command("encode")
+def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory.")) -> None:
+    """Encode every complete workload as super-graph programs into DIR/cache/<template version>/.
+
+    Training reads this cache; an entry whose record count or template version no longer matches
+    is re-encoded, so re-running after the dataset grew or the template changed is always safe."""
+    from metatune.dataset.card import read_card
     from metatune.encode.graphs import load_encoded
     from metatune.encode.supergraph import GraphEncoder
 
@@ -44,7 +70,13 @@ def run_encode(directory: Path) -> None:
                f"in {directory / 'cache' / encoder.version}")
 
 
-def run_export(directory: Path, out: Path) -> None:
+@app.command("export")
+def dataset_export(
+    directory: Path = typer.Argument(..., help="Dataset directory."),
+    out: Path = typer.Option(..., help="Directory for database_workload.json + database_tuning_record.json."),
+) -> None:
+    """Write all measured records as one MetaSchedule JSONDatabase (usable by TVM directly)."""
+    from metatune.dataset.card import read_card
     from metatune.dataset.store import DatasetStore
 
     if read_card(directory) is None:

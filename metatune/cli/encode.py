@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from metatune.workload.operators import resolve_workload
+from metatune.cli.common import TARGET_HELP, write_json
+
+app = typer.Typer()
+
+
+@app.command()
+def encode(
+    workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
+    random: int = typer.Option(8, "--random", min=1, help="How many distinct random configurations to encode."),
+    seed: int = typer.Option(0, help="Seed for sampling configurations."),
+    show: bool = typer.Option(False, "--show", help="Print each graph: slots with roles and loop features."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP + " Any target works: nothing is run."),
+) -> None:
+    """Encode random schedules of one workload as super-graph program graphs."""
+    run_encode(workload, random, seed, show, json_out, target)
 
 
 def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[Path],
                target: Optional[str] = None) -> list[dict[str, Any]]:
+    """Encode `count` random configurations of the workload `text`; print a summary and return per-graph rows."""
+    from metatune.workload.operators import resolve_workload
+
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
     from metatune.encode.layout import NODE_WIDTH
     from metatune.encode.supergraph import GraphEncoder, describe
@@ -70,5 +87,5 @@ def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[
             "graphs_per_s": round(rate, 1),
             "graphs": rows,
         }
-        json_out.write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(summary, json_out)
     return rows

@@ -9,17 +9,37 @@ from typing import Optional
 
 import typer
 
-from metatune.measure.measurer import Measurer, MeasureResult, MeasureSettings
-from metatune.progress import progress_bar
-from metatune.workload.operators import resolve_workload
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, write_json
+
+app = typer.Typer()
+
+
+@app.command()
+def measure(
+    workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
+    random: int = typer.Option(32, "--random", min=1, help="How many distinct random configurations to measure."),
+    seed: int = typer.Option(0, help="Seed for sampling configurations."),
+    batch: int = typer.Option(32, min=1, help="Candidates per builder call (each call pays a worker start-up)."),
+    verify: bool = typer.Option(True, help="Check each build against the NumPy reference before timing it."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+) -> None:
+    """Measure random schedules of one workload and report throughput and failures."""
+    run_measure(workload, random, seed, batch, verify, json_out, runner, target)
 
 
 def run_measure(
     text: str, count: int, seed: int, batch: int, verify: bool, json_out: Optional[Path], runner: str = "local",
     target_text: Optional[str] = None,
 ) -> None:
+    """Measure `count` random configurations of the workload `text` in batches, with a live best-GFLOPS bar."""
+    from metatune.workload.operators import resolve_workload
+
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
+    from metatune.measure.measurer import Measurer, MeasureResult, MeasureSettings
     from metatune.measure.runners import make_runner
+    from metatune.progress import progress_bar
     from metatune.space.knob_space import DesignSpaces
 
     settings = MeasureSettings(verify=verify)
@@ -63,8 +83,6 @@ def run_measure(
     if ok:
         typer.echo(f"best: {summary['best_latency_us']} us = {summary['best_gflops']} GFLOPS")
     if json_out is not None:
-        import json
-
         summary["candidates"] = [
             {
                 "space": c.space_index,
@@ -74,4 +92,4 @@ def run_measure(
             }
             for c, r in zip(candidates, results)
         ]
-        json_out.write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(summary, json_out)

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
+
+from metatune.cli.common import echo_json
+
+app = typer.Typer(help="TVM RPC trackers and servers: measure on other machines.", no_args_is_help=True)
+
+
+@app.command("status")
+def rpc_status(
+    tracker: str = typer.Option(..., help="Tracker address HOST:PORT, e.g. 127.0.0.1:9190."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    probe: bool = typer.Option(
+        False, help="Also ask each free server for its device fingerprint (holds each server for a moment)."
+    ),
+) -> None:
+    """List the servers (devices) registered at a TVM RPC tracker, per key, and the --runner URL of each key."""
+    run_status(tracker, as_json, probe)
 
 
 def status_data(tracker: str, probe: bool = False) -> dict:
@@ -31,9 +45,10 @@ def status_data(tracker: str, probe: bool = False) -> dict:
 
 
 def run_status(tracker: str, as_json: bool, probe: bool = False) -> None:
+    """Print `status_data` as JSON or as a table with the --runner URL to use per key."""
     data = status_data(tracker, probe)
     if as_json:
-        typer.echo(json.dumps(data, indent=2))
+        echo_json(data)
         return
     keys = data["keys"]
     total = sum(len(k["servers"]) for k in keys.values())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager, Optional
@@ -11,9 +10,34 @@ from typing import ContextManager, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.progress import progress_bar
-from metatune.tune.logs import WARNINGS_FILE, log_dir, warnings_to_file
-from metatune.workload.operators import resolve_workload
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, write_json
+
+app = typer.Typer()
+
+
+@app.command()
+def tune(
+    workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),
+    model: Optional[str] = typer.Option(None, help="A whole network to tune, all its tasks: resnet18 or tinycnn. Tasks "
+                                         "metatune's cost model cannot encode get TVM's default (XGB + evolutionary)."),
+    trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
+                                             "(including those already in --db)."),
+    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
+    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
+    db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
+    runner: str = typer.Option("local", help=RUNNER_HELP),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+    trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
+    seed: int = typer.Option(0, help="Random seed."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
+                                            "for --model: per-task results, model and PyTorch latency)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print MetaSchedule's logs (its task table after "
+                                 "every batch) and Python warnings on the console; by default they go only to "
+                                 "DB/logs."),
+) -> None:
+    """Tune one operator (checked against NumPy) or a whole model (checked and timed against PyTorch eager)."""
+    run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
+             target=target, verbose=verbose)
 
 
 def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
@@ -26,6 +50,8 @@ def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
 def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
     """Unless verbose, say once where MetaSchedule's logs go and keep Python's warnings there too,
     so that the console shows only the progress line and the result."""
+    from metatune.tune.logs import WARNINGS_FILE, log_dir, warnings_to_file
+
     if verbose:
         return nullcontext()
     logs = log_dir(db_dir)
@@ -36,13 +62,17 @@ def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
              db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
              target: Optional[str] = None, verbose: bool = False) -> None:
+    """`--workload TEXT`: one operator, checked against NumPy; `--model NAME` goes to `run_tune_model`."""
     if (workload_text is None) == (model is None):
         raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose)
         return
+    from metatune.workload.operators import resolve_workload
+
     workload = resolve_workload(workload_text)
+    from metatune.progress import progress_bar
     from metatune.tune.tuner import tune_workload
 
     db_dir = db or default_db_dir(strategy, str(workload), target)
@@ -64,13 +94,14 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
         f"search {result.search_s} s, measure {result.measure_s} s; database {db_dir}"
     )
     if json_out is not None:
-        json_out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_json(result.to_json(), json_out)
 
 
 def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
                    trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
                    verbose: bool = False) -> None:
     """`--model NAME`: every task of the network shares the `--trials` budget."""
+    from metatune.progress import progress_bar
     from metatune.tune.model_tuner import check_request, tune_model
 
     check_request(model, strategy)
@@ -98,4 +129,4 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
         f"tuning {result.tune_s} s, compile {result.compile_s} s; database {db_dir}"
     )
     if json_out is not None:
-        json_out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_json(result.to_json(), json_out)

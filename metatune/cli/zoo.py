@@ -1,34 +1,31 @@
-"""`metatune zoo list | show | verify | publish | pull | resolve`."""
+"""`metatune zoo list | show | verify | publish | pull | resolve`: the device-specific checkpoints."""
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from metatune import zoo as z
+from metatune.cli.common import echo_json
+
+app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",
+                  no_args_is_help=True)
+
+ZOO_OPTION = typer.Option(None, "--zoo", help="Zoo directory (default: $METATUNE_ZOO, else the shipped zoo/).")
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
 
 
-def _root(zoo_dir: Optional[Path]) -> Path:
-    return zoo_dir if zoo_dir is not None else z.default_zoo_dir()
+@app.command("list")
+def zoo_list(zoo: Optional[Path] = ZOO_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """List the published checkpoints (device, version, template version, headline metrics)."""
+    from metatune import zoo as z
 
-
-def _echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2))
-
-
-def _headline(metrics: dict[str, float], n: int = 3) -> str:
-    return ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:n]) or "-"
-
-
-def run_list(zoo_dir: Optional[Path], as_json: bool) -> None:
-    root = _root(zoo_dir)
+    root = _root(zoo)
     entries = z.read_index(root)
     if as_json:
-        _echo_json([e.to_json() for e in entries])
+        echo_json([e.to_json() for e in entries])
         return
     if not entries:
         typer.echo(f"no checkpoints in {root}; {z.TRAIN_HINT}")
@@ -45,12 +42,19 @@ def run_list(zoo_dir: Optional[Path], as_json: bool) -> None:
     Console().print(table)
 
 
-def run_show(zoo_dir: Optional[Path], entry_id: str, as_json: bool) -> None:
-    root = _root(zoo_dir)
-    entry = z.get_entry(root, entry_id)
+@app.command("show")
+def zoo_show(
+    checkpoint: str = typer.Argument(..., help="DEVICE_ID/VERSION, or DEVICE_ID for its newest version."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show one checkpoint's card: device, dataset, metrics, checksum, versions."""
+    from metatune import zoo as z
+
+    entry = z.get_entry(_root(zoo), checkpoint)
     card = z.read_zoo_card(entry)
     if as_json:
-        _echo_json({"entry": entry.to_json(), "directory": str(entry.directory), "card": card})
+        echo_json({"entry": entry.to_json(), "directory": str(entry.directory), "card": card})
         return
     ds = card["dataset"]
     for key, value in (
@@ -67,11 +71,18 @@ def run_show(zoo_dir: Optional[Path], entry_id: str, as_json: bool) -> None:
     typer.echo(f"{'card':>10}: {entry.directory / z.README_FILE}")
 
 
-def run_verify(zoo_dir: Optional[Path], entry_id: Optional[str], as_json: bool) -> None:
-    """Print one line per checkpoint and problem; a failed check raises (exit status 2)."""
-    report = z.verify(_root(zoo_dir), entry_id)
+@app.command("verify")
+def zoo_verify(
+    checkpoint: Optional[str] = typer.Argument(None, help="Only this checkpoint (default: all)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Check files, sha256, card fields, template version and loading; exit 2 listing every problem."""
+    from metatune import zoo as z
+
+    report = z.verify(_root(zoo), checkpoint)
     if as_json:
-        _echo_json(report.to_json())
+        echo_json(report.to_json())
     else:
         for cid in report.checked:
             typer.echo(f"{'FAIL' if cid in report.failed else 'ok':>4}  {cid}")
@@ -83,38 +94,75 @@ def run_verify(zoo_dir: Optional[Path], entry_id: Optional[str], as_json: bool) 
         typer.echo(f"{len(report.checked)} checkpoint(s) verified in {report.root}")
 
 
-def run_publish(zoo_dir: Optional[Path], run_dir: Path, as_json: bool, hf_repo: Optional[str]) -> None:
+@app.command("publish")
+def zoo_publish(
+    run_dir: Path = typer.Argument(..., help="Training run directory (model.safetensors + card.json)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    hf_repo: Optional[str] = typer.Option(None, "--hf-repo", help="Also upload to this Hugging Face repo OWNER/NAME."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Validate a run and add it under a new version (v1, v2, ...); never overwrites."""
+    from metatune import zoo as z
+
     if hf_repo is not None:  # fail before publishing locally, not after
         z.check_hf_repo(hf_repo)
         z.require_hf_hub()
-    entry = z.publish(run_dir, _root(zoo_dir))
+    entry = z.publish(run_dir, _root(zoo))
     url = z.push_to_hub(entry, hf_repo) if hf_repo is not None else None
     if as_json:
-        _echo_json({**entry.to_json(), "directory": str(entry.directory), "hub_url": url})
+        echo_json({**entry.to_json(), "directory": str(entry.directory), "hub_url": url})
         return
     typer.echo(f"published {entry.id} -> {entry.directory} (sha256 {entry.sha256[:16]}...)")
     if url:
         typer.echo(f"uploaded to {url}")
 
 
-def run_pull(zoo_dir: Optional[Path], hf_repo: str, revision: Optional[str], as_json: bool) -> None:
-    added = z.pull_from_hub(hf_repo, _root(zoo_dir), revision=revision)
+@app.command("pull")
+def zoo_pull(
+    hf_repo: str = typer.Option(..., "--hf-repo", help="Hugging Face repo (OWNER/NAME) to import checkpoints from."),
+    revision: Optional[str] = typer.Option(None, help="Branch, tag or commit of the repo."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Import a Hub repo's checkpoints that are not in the zoo yet (needs huggingface_hub)."""
+    from metatune import zoo as z
+
+    added = z.pull_from_hub(hf_repo, _root(zoo), revision=revision)
     if as_json:
-        _echo_json([e.to_json() for e in added])
+        echo_json([e.to_json() for e in added])
         return
     for e in added:
         typer.echo(f"pulled {e.id}")
     typer.echo(f"{len(added)} new checkpoint(s) from {hf_repo}")
 
 
-def run_resolve(zoo_dir: Optional[Path], device_id: Optional[str], as_json: bool) -> None:
-    """The fallback warning goes to stderr once (the ZooWarning itself is silenced here)."""
+@app.command("resolve")
+def zoo_resolve(
+    device_id: Optional[str] = typer.Option(None, "--device-id", help="Device id (default: this machine)."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Print the checkpoint a device would use: exact match, else the nearest device (with a warning)."""
+    from metatune import zoo as z
+
+    # The fallback warning goes to stderr once: the ZooWarning itself is silenced.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", z.ZooWarning)
-        res = z.resolve(device_id, _root(zoo_dir))
+        res = z.resolve(device_id, _root(zoo))
     if res.warning:
         typer.echo(f"warning: {res.warning}", err=True)
     if as_json:
-        _echo_json(res.to_json())
+        echo_json(res.to_json())
     else:
         typer.echo(f"{res.entry.id}\t{res.entry.directory}")
+
+
+def _root(zoo_dir: Optional[Path]) -> Path:
+    """The zoo to use: --zoo, else $METATUNE_ZOO, else the shipped one."""
+    from metatune import zoo as z
+
+    return zoo_dir if zoo_dir is not None else z.default_zoo_dir()
+
+
+def _headline(metrics: dict[str, float], n: int = 3) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:n]) or "-"

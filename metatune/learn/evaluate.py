@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from metatune.cost_model.gcn import CostModel
 from metatune.cost_model.xgb import xgb_predict
@@ -29,14 +30,24 @@ if TYPE_CHECKING:
 Method = Callable[[int, np.ndarray, np.ndarray, int], np.ndarray]
 
 
-@dataclass
-class EvalConfig:
+class EvalConfig(BaseModel):
+    """The `evaluation:` section of a training config; unknown keys are typos, so they are errors."""
+
+    model_config = ConfigDict(extra="forbid")
     ks: tuple[int, ...] = (0, 8, 16, 32)
     repeats: int = 3
     scratch_steps: int = 150
     scratch_lr: float = 1e-2
     seed: int = 0
     methods: tuple[str, ...] = ("metatune", "finetune", "scratch", "xgb", "xgb-transfer")
+
+    @field_validator("ks")
+    @classmethod
+    def _support_sizes(cls, ks: tuple[int, ...]) -> tuple[int, ...]:
+        """k counts support samples: zero (no adaptation) or more."""
+        if any(k < 0 for k in ks):
+            raise ValueError(f"evaluation ks must be >= 0, got {list(ks)}")
+        return ks
 
 
 @dataclass

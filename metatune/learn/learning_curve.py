@@ -22,7 +22,8 @@ from metatune.cost_model.gcn import CostModel
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
 from metatune.learn.maml import predict_all, pretrain
 from metatune.learn.metrics import pairwise_accuracy
-from metatune.learn.train import TrainConfig, load_config, load_splits, new_model
+from metatune.learn.config import TrainConfig, load_config
+from metatune.learn.train import load_splits, new_model
 from metatune.progress import progress_bar
 
 
@@ -54,7 +55,7 @@ def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[E
                 on_epoch: Callable[[int, float, float], None] | None = None) -> CurvePoint:
     model, builder = new_model(config, train, config.mode, seed)
     start = time.perf_counter()
-    pretrain(model, builder, train, valid, config.pretrain_config(), seed, on_epoch=on_epoch)
+    pretrain(model, builder, train, valid, config.pretrain, seed, on_epoch=on_epoch)
     return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
                       _median_pairwise(model, builder, valid), _median_pairwise(model, builder, heldout),
                       round(time.perf_counter() - start, 1))
@@ -75,7 +76,7 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
     full = max(map(len, train))
     grid = list(dict.fromkeys([(f, full) for f in fractions] + [(1.0, r) for r in records]))
     points: list[CurvePoint] = []
-    epochs = config.pretrain_config().epochs
+    epochs = config.pretrain.epochs
     with progress_bar() as bar:
         task = bar.add_task("learning curve", total=len(grid) * len(seeds) * epochs, status="")
         for fraction, count in grid:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch.func import functional_call, grad, vmap
 
 from metatune.cost_model.gcn import CostModel
@@ -28,8 +29,10 @@ Params = dict[str, torch.Tensor]
 Sets = list[EncodedWorkload]
 
 
-@dataclass
-class PretrainConfig:
+class PretrainConfig(BaseModel):
+    """The `pretrain:` section of a training config; unknown keys are typos, so they are errors."""
+
+    model_config = ConfigDict(extra="forbid")
     epochs: int = 30
     steps_per_epoch: int = 40  # an "epoch" is a validation interval, independent of dataset size
     lr: float = 5e-3
@@ -40,8 +43,10 @@ class PretrainConfig:
     patience: int = 5
 
 
-@dataclass
-class MAMLConfig:
+class MAMLConfig(BaseModel):
+    """The `maml:` section of a training config; checkpoints carry it to adapt the same way when tuning."""
+
+    model_config = ConfigDict(extra="forbid")
     k_support: int = 16
     q_query: int = 32
     tasks_per_batch: int = 8
@@ -282,6 +287,3 @@ def maml_validation(model: CostModel, builder: GraphBuilder, valid: Sets, config
             losses.append(float(task_loss(pred, standardize_by(w.log_thr[q], w.log_thr[s]), model.config.rank_scores)))
     return float(np.mean(losses)) if losses else math.nan
 
-
-def config_dict(config: PretrainConfig | MAMLConfig) -> dict:
-    return asdict(config)

@@ -1,24 +1,22 @@
 """`metatune train` / `metatune evaluate`: pretrain, meta-train, evaluate, write a run directory.
 
-A run directory holds `model.safetensors` (weights plus the feature statistics, with the
-model config in the safetensors metadata), `card.json` (device, template version,
-dataset, config, held-out metrics, versions), `eval.md` (the evaluation table) and PNG
-curves. `metatune zoo publish RUN_DIR` turns it into a zoo checkpoint.
+A run directory holds `model.safetensors` (the checkpoint, metatune.learn.checkpoint),
+`card.json` (device, template version, dataset, config, held-out metrics, versions), `eval.md`
+(the evaluation table) and PNG curves (metatune.learn.report). `metatune zoo publish RUN_DIR`
+turns it into a zoo checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from metatune import MetatuneError, __version__
 from metatune.cost_model.gcn import CostModel, ModelConfig
@@ -30,86 +28,21 @@ from metatune.encode.graphs import EncodedWorkload, FeatureStats, GraphBuilder, 
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import DeviceFingerprint
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
-from metatune.learn.evaluate import (
-    EvalConfig,
-    EvalResult,
-    evaluate,
-    format_table,
-    gcn_adapter,
-    scratch_trainer,
-    xgb_method,
-)
-from metatune.learn.maml import MAMLConfig, PretrainConfig, TrainLog, meta_train, pretrain
+from metatune.learn.checkpoint import TrainedModel
+from metatune.learn.config import TrainConfig, load_config, with_evaluation
+from metatune.learn.evaluate import EvalResult, evaluate, format_table, gcn_adapter, scratch_trainer, xgb_method
+from metatune.learn.maml import TrainLog, meta_train, pretrain
+from metatune.learn.report import write_evaluation
 
 PRETRAINED_FILE = "pretrained.safetensors"  # before MAML: the fine-tuning baseline
 PLAIN_FILE = "plain.safetensors"  # the ablation trained without the super-graph
 CURVES_FILE = "curves.json"
-# "metatune-plain" is the super-graph ablation; a config asks for it with `ablation: true`
-EVAL_METHODS = ("metatune", "finetune", "scratch", "metatune-plain", "xgb", "xgb-transfer")
+
+Echo = Callable[[str], object]
 
 
-class ModelSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    hidden: int = Field(64, ge=4)
-    gcn_layers: int = Field(2, ge=0, description="0 = no message passing (an ablation)")
-    fc_hidden: int = Field(64, ge=4)
-    slot_readout: int = Field(0, ge=0, description="super-graph: per-slot width of the aligned readout; 0 = pooling only")
-
-
-class TrainConfig(BaseModel):
-    """A training config file (train/configs/<device>.yaml)."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    device_id: str
-    dataset: str = Field(description="dataset directory, relative to the repository root")
-    spec: str = Field(description="dataset spec used to build the dataset if it is missing")
-    seed: int = 0
-    threads: int = Field(1, ge=1, description="torch threads; 1 avoids oversubscribing 2 cores")
-    mode: str = Field("supergraph", pattern="^(supergraph|plain)$")
-    valid_fraction: float = Field(0.1, gt=0, lt=0.5)
-    model: ModelSection = Field(default_factory=ModelSection)
-    pretrain: dict[str, Any] = Field(default_factory=dict)
-    maml: dict[str, Any] = Field(default_factory=dict)
-    evaluation: dict[str, Any] = Field(default_factory=dict)
-    ablation: bool = Field(True, description="also train on plain loop graphs (no super-graph) and compare")
-
-    def pretrain_config(self) -> PretrainConfig:
-        return PretrainConfig(**self.pretrain)
-
-    def maml_config(self) -> MAMLConfig:
-        return MAMLConfig(**self.maml)
-
-    def eval_config(self) -> EvalConfig:
-        data = dict(self.evaluation)
-        for key in ("ks", "methods"):
-            if key in data:
-                data[key] = tuple(data[key])
-        config = EvalConfig(seed=self.seed, **data)
-        unknown = sorted(set(config.methods) - set(EVAL_METHODS))
-        if unknown:
-            raise MetatuneError(f"unknown evaluation method(s) {', '.join(unknown)}; choose from {', '.join(EVAL_METHODS)}")
-        if any(k < 0 for k in config.ks):
-            raise MetatuneError(f"evaluation ks must be >= 0, got {list(config.ks)}")
-        return config
-
-
-def load_config(path: Path) -> TrainConfig:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-        config = TrainConfig.model_validate(raw)
-        config.pretrain_config(), config.maml_config(), config.eval_config()
-        return config
-    except FileNotFoundError:
-        raise MetatuneError(f"training config not found: {path}") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise MetatuneError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except (TypeError, MetatuneError) as err:  # an unknown key or value in pretrain/maml/evaluation
-        raise MetatuneError(f"{path}: {err}") from None
-
-
-def _split_validation(train: list[EncodedWorkload], fraction: float, seed: int):
+def _split_validation(train: list[EncodedWorkload], fraction: float,
+                      seed: int) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(train))
     n_valid = max(1, int(round(fraction * len(train))))
@@ -121,7 +54,7 @@ def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorklo
                                                                list[EncodedWorkload], list[EncodedWorkload]]:
     """All encoded workloads with enough records for a MAML task, then training, validation and held-out."""
 
-    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml_config().k_support + 10)
+    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml.k_support + 10)
     train_all, heldout = split_sets(encoded)
     train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
     return encoded, train, valid, heldout
@@ -135,69 +68,18 @@ def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed
     torch.manual_seed(seed)
     positions = template.num_nodes if mode == "supergraph" else 0
     model = CostModel(ModelConfig(in_dim=builder.width, num_positions=positions,
-                                  rank_scores=config.pretrain_config().rank_loss, **config.model.model_dump()))
+                                  rank_scores=config.pretrain.rank_loss, **config.model.model_dump()))
     return model, builder
 
 
-class TrainedModel:
-    """A trained cost model with everything needed to encode inputs for it."""
-
-    def __init__(self, model: CostModel, builder: GraphBuilder, maml: MAMLConfig) -> None:
-        self.model, self.builder, self.maml = model, builder, maml
-
-    def save(self, path: Path, extra_metadata: dict[str, str]) -> None:
-        from safetensors.torch import save_file
-
-        tensors = {f"model.{k}": v.contiguous() for k, v in self.model.state_dict().items()}
-        tensors["stats.mean"] = self.builder.stats.mean.contiguous()
-        tensors["stats.std"] = self.builder.stats.std.contiguous()
-        metadata = {
-            "model_config": json.dumps(self.model.config.to_json()),
-            "normalization": json.dumps({"features": "(x - stats.mean) / stats.std on real loops",
-                                         "target": "per-workload standardised log2 GFLOPS"}),
-            "mode": self.builder.mode,
-            "template_version": self.builder.template.version,
-            "maml": json.dumps(asdict(self.maml)),
-            **extra_metadata,
-        }
-        save_file(tensors, str(path), metadata=metadata)
-
-    @classmethod
-    def from_state(cls, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> "TrainedModel":
-        template = Template.load()
-        if metadata.get("template_version") != template.version:
-            raise MetatuneError(
-                f"checkpoint was trained on super-graph template {metadata.get('template_version')}, the code has "
-                f"{template.version}: retrain it with `make train-zoo`"
-            )
-        model = CostModel(ModelConfig(**json.loads(metadata["model_config"])))
-        model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-        model.eval()
-        stats = FeatureStats(tensors["stats.mean"], tensors["stats.std"])
-        builder = GraphBuilder(template, metadata.get("mode", "supergraph"), stats)
-        return cls(model, builder, MAMLConfig(**json.loads(metadata["maml"])))
-
-    @classmethod
-    def load(cls, path: Path) -> "TrainedModel":
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as f:
-            metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        return cls.from_state(tensors, metadata)
-
-
 def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload], mode: str,
-                 log: TrainLog, echo) -> tuple[TrainedModel, TrainedModel]:
+                 log: TrainLog, echo: Echo) -> tuple[TrainedModel, TrainedModel]:
     """Pretrain then MAML; returns the meta-trained model and a copy of the pretrained one."""
-    import copy
-
     model, builder = new_model(config, train, mode, config.seed)
-    pre_cfg = config.pretrain_config()
-    pre = pretrain(model, builder, train, valid, pre_cfg, config.seed,
+    pre = pretrain(model, builder, train, valid, config.pretrain, config.seed,
                    on_epoch=lambda e, tr, va: echo(f"[{mode}] pretrain epoch {e}: train {tr:.3f} valid {va:.3f}"))
     pretrained = copy.deepcopy(model)
-    maml_cfg = config.maml_config()
+    maml_cfg = config.maml
     meta = meta_train(model, builder, train, valid, maml_cfg, config.seed,
                       on_iter=lambda i, loss, val: val is not None and echo(f"[{mode}] maml iter {i}: query {loss:.3f} valid {val:.3f}"))
     for name, values in {**pre.curves, **meta.curves}.items():
@@ -206,9 +88,9 @@ def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[
 
 
 def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWorkload],
-                   main: TrainedModel, pretrained: TrainedModel, plain: TrainedModel | None, echo) -> EvalResult:
+                   main: TrainedModel, pretrained: TrainedModel, plain: TrainedModel | None, echo: Echo) -> EvalResult:
     """The evaluation table: every method on identical support/query draws."""
-    eval_cfg = config.eval_config()
+    eval_cfg = config.evaluation
     methods = {
         "metatune": gcn_adapter(main.model, main.builder, heldout, main.maml),
         "finetune": gcn_adapter(pretrained.model, pretrained.builder, heldout, main.maml),
@@ -229,32 +111,7 @@ def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWor
     return evaluate(heldout, methods, eval_cfg, on_step=lambda s: echo(f"evaluate {s}"))
 
 
-def plot_curves(log: TrainLog, result: EvalResult, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for name, values in log.curves.items():
-        ax = axes[0] if "pretrain" in name else axes[1]
-        ax.plot(values, label=name)
-    axes[0].set_title("pretraining (per epoch)")
-    axes[1].set_title("MAML (per iteration / validation)")
-    axes[1].set_yscale("log")
-    for method, by_k in result.metrics.items():
-        ks = sorted(by_k, key=int)
-        axes[2].plot([int(k) for k in ks], [by_k[k]["pairwise_acc"] for k in ks], marker="o", label=method)
-    axes[2].set_title("held-out pairwise ranking accuracy vs k")
-    axes[2].set_xlabel("k support samples")
-    for ax in axes:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-
-
-def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
+def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) -> dict[str, Any]:
     """The whole `metatune train` command; returns the card."""
 
     config = load_config(config_path)
@@ -300,7 +157,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo=print) -> dict:
         plain.save(out / PLAIN_FILE, extra)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
     (out / CURVES_FILE).write_text(json.dumps(log.curves) + "\n")
-    _write_evaluation(out, result, log)
+    write_evaluation(out, result, log)
     echo(f"training took {train_wall / 60:.1f} min; wrote {out}")
     return card
 
@@ -313,13 +170,7 @@ def _portable(path: Path) -> str:
         return str(path)
 
 
-def _write_evaluation(out: Path, result: EvalResult, log: TrainLog) -> None:
-    (out / "eval.md").write_text(format_table(result) + "\n")
-    plot_curves(log, result, out / "curves.png")
-    print(format_table(result))
-
-
-def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=print,
+def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: Echo = print,
                  ks: tuple[int, ...] | None = None, methods: tuple[str, ...] | None = None) -> EvalResult:
     """Re-run the evaluation table of a finished run (`metatune evaluate`).
 
@@ -334,7 +185,7 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
     config = load_config(config_path) if config_path else TrainConfig.model_validate(card["train_config"])
     side_study = ks is not None or methods is not None
     if side_study:
-        config = _with_evaluation(config, ks, methods)
+        config = with_evaluation(config, ks, methods)
     torch.set_num_threads(config.threads)
     main = TrainedModel.load(run_dir / WEIGHTS_FILE)
     pretrained = TrainedModel.load(run_dir / PRETRAINED_FILE)
@@ -349,18 +200,6 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo=p
     card["metrics"], card["metrics_per_workload"] = result.metrics, result.per_workload
     card_path.write_text(json.dumps(card, indent=2) + "\n")
     log = TrainLog(json.loads((run_dir / CURVES_FILE).read_text()))
-    _write_evaluation(run_dir, result, log)
+    write_evaluation(run_dir, result, log)
     return result
-
-
-def _with_evaluation(config: TrainConfig, ks: tuple[int, ...] | None, methods: tuple[str, ...] | None) -> TrainConfig:
-    """The config with its evaluation's k values and/or methods replaced (validated like a file)."""
-    evaluation = dict(config.evaluation)
-    if ks is not None:
-        evaluation["ks"] = list(ks)
-    if methods is not None:
-        evaluation["methods"] = list(methods)
-    updated = config.model_copy(update={"evaluation": evaluation})
-    updated.eval_config()  # validates
-    return updated
 

@@ -11,7 +11,8 @@ from metatune import MetatuneError
 from metatune.dataset.builder import build_dataset
 from metatune.dataset.card import read_card
 from metatune.fileio import REPO_ROOT
-from metatune.learn.train import load_config, run_train
+from metatune.learn.config import load_config
+from metatune.learn.train import run_train
 from metatune.zoo import publish
 
 

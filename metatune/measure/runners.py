@@ -11,7 +11,6 @@ times it there. Three things TVM's runner does not do are added here:
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -32,6 +31,7 @@ from metatune.env.device import (
     local_fingerprint,
     require_runnable,
 )
+from metatune.env.plugin import RUNNER, RUNNER_FUTURE, plugin_class
 
 if TYPE_CHECKING:
     from tvm.rpc import RPCSession, TrackerSession
@@ -350,8 +350,17 @@ def make_rpc_runner(spec: RpcSpec, settings: "MeasureSettings") -> tuple[Any, "D
     )
     # RPCRunner's pool has no time limit: once every server is gone its workers wait forever.
     rpc_runner.pool = PopenPoolExecutor(max_workers=workers, timeout=session_timeout + QUEUE_WAIT_S)
-    runner = _runner_classes()[0](rpc_runner, spec, RETRIES, verify_locally=not missing)
-    return runner, fingerprint
+    return retrying_rpc_runner(rpc_runner, spec, RETRIES, verify_locally=not missing), fingerprint
+
+
+def retrying_rpc_runner(inner: Any, spec: RpcSpec, retries: int, verify_locally: bool) -> Any:
+    """A MetaSchedule runner that retries the candidates of a lost server on `inner` (an RPCRunner)."""
+    import tvm_ffi
+
+    # run() and result() are called through TVM's C++ side: keep our errors' type across it,
+    # so that the CLI still prints them as one line.
+    tvm_ffi.register_error("MetatuneError", MetatuneError)
+    return plugin_class(RUNNER, _RetryingRPCRunnerLogic, "RetryingRPCRunner")(inner, spec, retries, verify_locally)
 
 
 def server_lost(error_msg: str | None) -> bool:
@@ -363,82 +372,71 @@ def server_lost(error_msg: str | None) -> bool:
     return error_msg.startswith("RPCRunner: An exception occurred") and any(m in error_msg for m in _LOST_MARKERS)
 
 
-@functools.lru_cache(maxsize=None)
-def _runner_classes() -> tuple[type, type]:
-    """Defined on first use, so that importing this module does not import TVM."""
-    import tvm_ffi
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
+class _RetryingRPCRunnerLogic:
+    """RPCRunner whose candidates survive a server that dies: retried, else an error result.
 
-    # run() and result() are called through TVM's C++ side: keep our errors' type across it,
-    # so that the CLI still prints them as one line.
-    tvm_ffi.register_error("MetatuneError", MetatuneError)
+    A MetaSchedule `Runner`, so `ms.tune_*` accept it as well as `Measurer`.
+    """
 
-    @derived_object
-    class RetryingRPCRunner(PyRunner):
-        """RPCRunner whose candidates survive a server that dies: retried, else an error result.
+    def __init__(self, inner: Any, spec: RpcSpec, retries: int, verify_locally: bool) -> None:
+        self.inner, self.spec, self.retries = inner, spec, retries
+        self.verify_locally = verify_locally  # read by Measurer: False if the host cannot run remote code
+        self.retried = 0
+        self.lost = 0
 
-        A MetaSchedule `Runner`, so `ms.tune_*` accept it as well as `Measurer`.
-        """
+    def run(self, runner_inputs: list) -> list:
+        self.wait_for_server()
+        futures = self.inner.run(runner_inputs)
+        future = plugin_class(RUNNER_FUTURE, _RetryFutureLogic, "RetryFuture")
+        return [future(self, inp, fut) for inp, fut in zip(runner_inputs, futures)]
 
-        def __init__(self, inner: Any, spec: RpcSpec, retries: int, verify_locally: bool) -> None:
-            super().__init__()
-            self.inner, self.spec, self.retries = inner, spec, retries
-            self.verify_locally = verify_locally  # read by Measurer: False if the host cannot run remote code
-            self.retried = 0
-            self.lost = 0
+    def wait_for_server(self) -> None:
+        """Return once a server is registered under the key; give up after QUEUE_WAIT_S."""
+        deadline = time.monotonic() + QUEUE_WAIT_S
+        while True:
+            status = tracker_status(self.spec.tracker).get(self.spec.key)
+            if status is not None and status.servers:
+                return
+            if time.monotonic() > deadline:
+                raise MetatuneError(
+                    f"no RPC server left under {self.spec} for {QUEUE_WAIT_S:.0f} s; start servers and "
+                    "run the same command again (a dataset build resumes where it stopped)"
+                )
+            time.sleep(2.0)
 
-        def run(self, runner_inputs: list) -> list:
+    def settle(self, runner_input: Any, result: Any) -> Any:
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        tries = 0
+        while server_lost(result.error_msg) and tries < self.retries:
+            if not self.retried:
+                _warn(f"an RPC server under {self.spec} was lost mid-session; retrying its candidates once")
+            tries += 1
+            self.retried += 1
             self.wait_for_server()
-            futures = self.inner.run(runner_inputs)
-            return [RetryFuture(self, inp, fut) for inp, fut in zip(runner_inputs, futures)]
+            result = self.inner.run([runner_input])[0].result()
+        if not server_lost(result.error_msg):
+            return result
+        self.lost += 1
+        # No "Timeout" in the message: Measurer types this as RUN_ERROR, the server's fault.
+        tail = _last_line(result.error_msg).replace("Timeout", "time limit")
+        return RunnerResult(None, f"RPCRunner: RPC server lost (tried {tries + 1}x): {tail}")
 
-        def wait_for_server(self) -> None:
-            """Return once a server is registered under the key; give up after QUEUE_WAIT_S."""
-            deadline = time.monotonic() + QUEUE_WAIT_S
-            while True:
-                status = tracker_status(self.spec.tracker).get(self.spec.key)
-                if status is not None and status.servers:
-                    return
-                if time.monotonic() > deadline:
-                    raise MetatuneError(
-                        f"no RPC server left under {self.spec} for {QUEUE_WAIT_S:.0f} s; start servers and "
-                        "run the same command again (a dataset build resumes where it stopped)"
-                    )
-                time.sleep(2.0)
+class _RetryFutureLogic:
+    """A candidate's result, settled once: a lost server's candidate is retried before it is final."""
 
-        def settle(self, runner_input: Any, result: Any) -> Any:
-            tries = 0
-            while server_lost(result.error_msg) and tries < self.retries:
-                if not self.retried:
-                    _warn(f"an RPC server under {self.spec} was lost mid-session; retrying its candidates once")
-                tries += 1
-                self.retried += 1
-                self.wait_for_server()
-                result = self.inner.run([runner_input])[0].result()
-            if not server_lost(result.error_msg):
-                return result
-            self.lost += 1
-            # No "Timeout" in the message: Measurer types this as RUN_ERROR, the server's fault.
-            tail = _last_line(result.error_msg).replace("Timeout", "time limit")
-            return RunnerResult(None, f"RPCRunner: RPC server lost (tried {tries + 1}x): {tail}")
+    def __init__(self, owner: Any, runner_input: Any, first: Any) -> None:
+        self.owner, self.runner_input, self.first = owner, runner_input, first
+        self.settled = None
 
-    @derived_object
-    class RetryFuture(PyRunnerFuture):
-        def __init__(self, owner: Any, runner_input: Any, first: Any) -> None:
-            super().__init__()
-            self.owner, self.runner_input, self.first = owner, runner_input, first
-            self.settled = None
+    def done(self) -> bool:
+        return self.settled is not None or self.first.done()
 
-        def done(self) -> bool:
-            return self.settled is not None or self.first.done()
+    def result(self) -> Any:
+        if self.settled is None:
+            self.settled = self.owner.settle(self.runner_input, self.first.result())
+        return self.settled
 
-        def result(self) -> Any:
-            if self.settled is None:
-                self.settled = self.owner.settle(self.runner_input, self.first.result())
-            return self.settled
-
-    return RetryingRPCRunner, RetryFuture
 
 
 def _last_line(message: str | None) -> str:

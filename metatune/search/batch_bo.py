@@ -32,17 +32,14 @@ from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 
 import numpy as np
 
-from metatune.env.plugin import search_strategy_class
-from metatune.measure.measurer import median_latency, successful_run_seconds
 from metatune.search import bo
-from metatune.space.knob_space import Candidate, Config, DesignSpaces, SearchSpace, SpaceError
+from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
+from metatune.space.knob_space import Candidate, Config, SearchSpace
 
 if TYPE_CHECKING:
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
+    from tvm.s_tir.meta_schedule import MeasureCandidate
     from tvm.s_tir.meta_schedule.cost_model import CostModel
-    from tvm.s_tir.meta_schedule.database import Database
-    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.database import TuningRecord
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +70,9 @@ class BatchBOSettings:
 
 
 @dataclass
-class SearchStats:
-    """Where one task's search time went (seconds, wall clock in this process)."""
+class BatchBOStats(SearchStats):
+    """Where one task's BatchBO search time went, beyond the counters every strategy keeps."""
 
-    task: str = ""
-    batches: int = 0
-    proposed: int = 0
-    search_s: float = 0.0  # pre_tuning + generate_measure_candidates, everything below included
     pool_s: float = 0.0  # sampling, neighbours, postprocessing, embedding
     prior_s: float = 0.0  # cost_model.predict
     fit_s: float = 0.0  # GP fit
@@ -89,30 +82,7 @@ class SearchStats:
     fallbacks: int = 0  # GP failures that fell back to the cost model (each logged)
     predictions: int = 0  # configurations scored by the cost model
     pool_added: int = 0  # configurations built for the pool (random + neighbours)
-    resumed: int = 0  # database records of this workload read at pre_tuning
-    measured: int = 0
-    failed: int = 0
-    prior_weight: float | None = None  # last fitted w: how much measurements trust the cost model
-    batch_s: list[float] = field(default_factory=list)
-
-    @property
-    def per_trial_s(self) -> float:
-        return self.search_s / self.proposed if self.proposed else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "per_trial_s": self.per_trial_s}
-
-    @staticmethod
-    def total(stats: Iterable["SearchStats"]) -> "SearchStats":
-        """Sum over tasks (prior_weight and batch times are concatenated/last-wins)."""
-        out = SearchStats(task="total")
-        for s in stats:
-            for name in ("batches", "proposed", "search_s", "pool_s", "prior_s", "fit_s", "acquire_s",
-                         "gp_batches", "prior_batches", "fallbacks", "predictions", "pool_added", "resumed", "measured", "failed"):
-                setattr(out, name, getattr(out, name) + getattr(s, name))
-            out.batch_s += s.batch_s
-            out.prior_weight = s.prior_weight if s.prior_weight is not None else out.prior_weight
-        return out
+    prior_weight: float | None = field(default=None, metadata=LAST)  # last fitted w: trust in the cost model
 
 
 @dataclass
@@ -220,68 +190,27 @@ class _Observation:
     raw: float | None = None  # cost-model output, for database records until they get a score
 
 
-class _BatchBOLogic:
-    """The strategy's logic; `BatchBO` adds MetaSchedule's `PySearchStrategy` plumbing."""
+class _BatchBOLogic(SearchLogic):
+    """Batch Bayesian optimisation over knob configurations, the cost model as the GP's prior mean.
+    Keywords: the fields of `BatchBOSettings`. Counters: `.stats` (this task), `.total_stats()`
+    (every clone: `tune_tir`/`tune_tasks` run clones, one per task)."""
+
+    name = "BatchBO"
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = BatchBOSettings(**settings)
-        self.stats = SearchStats()
-        self.family: list[SearchStats] = [self.stats]  # shared by every clone: tune_* runs clones
-        self.context: "TuneContext | None" = None
-        self._reset()
+        super().__init__(BatchBOSettings(**settings), BatchBOStats())
 
     def _reset(self) -> None:
-        self.space: SearchSpace | None = None
+        super()._reset()
         self.pool: CandidatePool | None = None
         self.cost_model: "CostModel | None" = None
-        self.observations: dict[Config, _Observation] = {}
-        self.failures: set[Config] = set()
-        self.pending: list[tuple["MeasureCandidate", Config, np.ndarray, float]] = []
-        self.max_trials = 0
-        self.trials_per_iter = 0
-        self.trials = 0  # proposed in this session
         self._gp_state: dict[str, Any] | None = None
-        self.rng = np.random.default_rng(self.settings.seed)
+        self._unscored: list[tuple[Config, "TuningRecord"]] = []  # database records the cost model has not scored
 
-    # -- MetaSchedule interface -------------------------------------------------------------
-
-    def _initialize_with_tune_context(self, context: "TuneContext") -> None:
-        self.context = context
-        self.stats.task = str(context.task_name or "")
-
-    def pre_tuning(
-        self,
-        max_trials: int,
-        num_trials_per_iter: int,
-        design_spaces: list["Schedule"],
-        database: "Database | None" = None,
-        cost_model: "CostModel | None" = None,
-    ) -> None:
-        from tvm.s_tir.meta_schedule import Profiler
-
-        with Profiler.timeit("BatchBO/PreTuning"):
-            self._pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
-
-    def _pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: list["Schedule"],
-                    database: "Database | None", cost_model: "CostModel | None") -> None:
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-        t0 = time.perf_counter()
-        if self.context is None:
-            raise RuntimeError("BatchBO.pre_tuning before _initialize_with_tune_context")
-        self._reset()
-        seed = self.settings.seed
-        if seed is None and self.context.rand_state is not None and int(self.context.rand_state) >= 0:
-            seed = int(self.context.rand_state)
-        self.rng = np.random.default_rng(seed)
-        self.max_trials, self.trials_per_iter = int(max_trials), int(num_trials_per_iter)
+    def _prepare(self, cost_model: Any) -> None:
+        assert self.space is not None
         self.cost_model = cost_model
-        self.space = SearchSpace(DesignSpaces.from_context(self.context, list(design_spaces)))
-        args_info = ArgInfo.from_entry_func(design_spaces[0].mod, remove_preproc=True)
-        self.pool = CandidatePool(self.space, args_info, self.settings, self.rng)
-        if database is not None:
-            self._resume(database)
-        self.stats.search_s += time.perf_counter() - t0
+        self.pool = CandidatePool(self.space, self.args_info, self.settings, self.rng)
 
     def post_tuning(self) -> None:
         s = self.stats
@@ -292,95 +221,25 @@ class _BatchBOLogic:
         )
         self.pool = None  # schedules are big; the stats stay
 
-    def generate_measure_candidates(self) -> list["MeasureCandidate"] | None:
-        """Also timed as the profiler scope "BatchBO/GenerateMeasureCandidates" (as tuners read
-        EvolutionarySearch's "EvoSearch/*" scopes)."""
-        from tvm.s_tir.meta_schedule import Profiler
+    def _observe(self, config: Config, latency_s: float, proposal: tuple | None) -> None:
+        assert self.space is not None
+        embedding, score = (proposal[2], proposal[3]) if proposal is not None else (self.space.embed(config), None)
+        self.observations[config] = _Observation(latency_s, embedding, score)
 
-        with Profiler.timeit("BatchBO/GenerateMeasureCandidates"):
-            return self._generate()
+    def _observe_record(self, config: Config, latency_s: float, record: "TuningRecord") -> None:
+        """Database records seed the GP; the cost model scores them together once all are read."""
+        self._observe(config, latency_s, None)
+        self._unscored.append((config, record))
 
-    def _generate(self) -> list["MeasureCandidate"] | None:
-        t0 = time.perf_counter()
-        try:
-            q = min(self.trials_per_iter, self.max_trials - self.trials)
-            if q <= 0 or self.space is None:
-                return None
-            picked = self._propose(q)
-            if not picked:
-                logger.info("BatchBO %s: no unmeasured configuration left to propose", self.stats.task)
-                return None
-            self.trials += len(picked)
-            self.stats.proposed += len(picked)
-            self.stats.batches += 1
-            return [m for m, *_ in picked]
-        finally:
-            dt = time.perf_counter() - t0
-            self.stats.search_s += dt
-            self.stats.batch_s.append(round(dt, 4))
-
-    def notify_runner_results(self, measure_candidates: list["MeasureCandidate"], results: list["RunnerResult"]) -> None:
-        for cand, result in zip(measure_candidates, results):
-            match = next((i for i, p in enumerate(self.pending) if p[0].same_as(cand)), None)
-            if match is not None:
-                _, config, embedding, score = self.pending.pop(match)
-            else:  # not ours (should not happen): identify it by its trace
-                assert self.space is not None
-                config = self.space.config_of(cand.sch.trace)
-                embedding, score = self.space.embed(config), None
-            secs = successful_run_seconds(result.run_secs)
-            if result.error_msg or secs is None:
-                self.failures.add(config)
-                self.stats.failed += 1
-            else:
-                self.observations[config] = _Observation(median_latency(secs), embedding, score)
-                self.stats.measured += 1
-
-    def clone(self) -> Any:
-        new = _batch_bo_class()(**asdict(self.settings))
-        new.family = self.family
-        self.family.append(new.stats)
-        return new
-
-    # -- counters ---------------------------------------------------------------------------
-
-    def total_stats(self) -> SearchStats:
-        """Search counters summed over this strategy and every clone of it (one per task)."""
-        return SearchStats.total(self.family)
-
-    # -- internals --------------------------------------------------------------------------
-
-    def _resume(self, database: "Database") -> None:
-        """Read this workload's records: measured configurations seed the GP, all are avoided."""
-        assert self.space is not None and self.context is not None
-        mod = self.context.mod
-        if not database.has_workload(mod):
-            return
-        workload = database.commit_workload(mod)  # existing: returns the stored workload
-        foreign = 0
-        to_predict: list[tuple[Config, Any]] = []
-        for rec in database.get_all_tuning_records():
-            if not rec.workload.same_as(workload):
-                continue
-            try:
-                config = self.space.config_of(rec.trace)
-            except SpaceError:
-                foreign += 1  # another design-space structure (other rules): we cannot propose it anyway
-                continue
-            self.stats.resumed += 1
-            secs = successful_run_seconds(rec.run_secs)
-            if secs is None:
-                self.failures.add(config)
-            elif config not in self.observations:
-                self.observations[config] = _Observation(median_latency(secs), self.space.embed(config), None)
-                to_predict.append((config, rec))
-        if to_predict:
-            raw = self._predict([rec.as_measure_candidate() for _, rec in to_predict])
-            for (config, _), r in zip(to_predict, raw):
+    def _resumed(self) -> None:
+        if self._unscored:
+            raw = self._predict([rec.as_measure_candidate() for _, rec in self._unscored])
+            for (config, _), r in zip(self._unscored, raw):
                 self.observations[config].raw = float(r)
-        if self.stats.resumed or foreign:
-            logger.info("BatchBO %s: resumed %d records (%d measured, %d failed, %d from other design spaces)",
-                        self.stats.task, self.stats.resumed, len(self.observations), len(self.failures), foreign)
+            self._unscored = []
+
+    def _fresh(self) -> Any:
+        return BatchBO(**asdict(self.settings))
 
     def _predict(self, candidates: list["MeasureCandidate"]) -> np.ndarray:
         if self.cost_model is None or not candidates:
@@ -451,7 +310,6 @@ class _BatchBOLogic:
             picks = bo.diverse_top(z + ties, [e.cand.space_index for e in entries], q, self.settings.per_space)
         chosen = [(entries[i].measure, entries[i].cand.config, entries[i].embedding, float(z[i])) for i in picks]
         self.pool.discard(c for _, c, _, _ in chosen)
-        self.pending.extend(chosen)  # type: ignore[arg-type]
         return chosen  # type: ignore[return-value]
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -486,18 +344,6 @@ class _BatchBOLogic:
         return picks
 
 
-def _batch_bo_class() -> Any:
-    """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-
-    return search_strategy_class(
-        _BatchBOLogic, "BatchBO",
-        "Batch Bayesian optimisation over knob configurations, the cost model as the GP's prior mean. "
-        "Keywords: the fields of `BatchBOSettings`. Counters: `.stats` (this task), `.total_stats()` "
-        "(every clone: `tune_tir`/`tune_tasks` run clones, one per task).")
-
-
-def __getattr__(name: str) -> Any:
-    """`from metatune.search.batch_bo import BatchBO` builds the TVM class lazily."""
-    if name == "BatchBO":
-        return _batch_bo_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def BatchBO(**settings: Any) -> Any:  # noqa: N802 (creates the TVM class)
+    """The BatchBO MetaSchedule search strategy; keywords: the fields of `BatchBOSettings`."""
+    return create_strategy(_BatchBOLogic, **settings)

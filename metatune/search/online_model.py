@@ -23,9 +23,10 @@ import torch
 from metatune import MetatuneError
 from metatune.encode.graphs import EncodedWorkload, concat, encode_programs, iter_batches, log_throughput
 from metatune.encode.supergraph import GraphEncoder
+from metatune.env.plugin import COST_MODEL, plugin_class
 from metatune.fileio import WEIGHTS_FILE
+from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.maml import adapt, adaptable_params, standardize_by
-from metatune.learn.train import TrainedModel
 from metatune.zoo import load_checkpoint
 
 if TYPE_CHECKING:
@@ -56,142 +57,134 @@ def _speed(run_secs: Any) -> float:
     return log_throughput(1e9, [float(x) for x in run_secs])
 
 
-def _make_class():
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+class _MetaTuneCostModelLogic:
+    """A zoo checkpoint adapted to each workload by MAML's inner loop on its measurements."""
 
-    @derived_object
-    class MetaTuneCostModel(PyCostModel):
-        """A zoo checkpoint adapted to each workload by MAML's inner loop on its measurements."""
+    def __init__(self, trained: TrainedModel, adapt_steps: int | None = None, adapt_lr: float | None = None,
+                 max_support: int = 256) -> None:
+        self.trained = trained
+        self.encoder = GraphEncoder()
+        self.adapt_steps = adapt_steps or trained.maml.inner_steps
+        self.adapt_lr = adapt_lr or trained.maml.inner_lr
+        self.max_support = max_support
+        self.states: dict[str, _WorkloadState] = {}
+        # BatchBO re-scores its persistent candidate pool after every update: encodings are
+        # cached per scheduled module (the cache keeps the module alive, so its handle is unique).
+        self._encodings: collections.OrderedDict[int, tuple[Any, EncodedWorkload]] = collections.OrderedDict()
+        self.update_seconds = 0.0
+        self.encode_seconds = 0.0
+        self._base = {n: p.detach() for n, p in adaptable_params(trained.model, trained.maml.freeze_embedding).items()}
 
-        def __init__(self, trained: TrainedModel, adapt_steps: int | None = None, adapt_lr: float | None = None,
-                     max_support: int = 256) -> None:
-            super().__init__()
-            self.trained = trained
-            self.encoder = GraphEncoder()
-            self.adapt_steps = adapt_steps or trained.maml.inner_steps
-            self.adapt_lr = adapt_lr or trained.maml.inner_lr
-            self.max_support = max_support
-            self.states: dict[str, _WorkloadState] = {}
-            # BatchBO re-scores its persistent candidate pool after every update: encodings are
-            # cached per scheduled module (the cache keeps the module alive, so its handle is unique).
-            self._encodings: collections.OrderedDict[int, tuple[Any, EncodedWorkload]] = collections.OrderedDict()
-            self.update_seconds = 0.0
-            self.encode_seconds = 0.0
-            self._base = {n: p.detach() for n, p in adaptable_params(trained.model, trained.maml.freeze_embedding).items()}
+    # -- MetaSchedule interface -----------------------------------------------------------
 
-        # -- MetaSchedule interface -----------------------------------------------------------
+    def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
+               results: list["RunnerResult"]) -> None:
+        import time
 
-        def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
-                   results: list["RunnerResult"]) -> None:
-            import time
+        state = self._state(context)
+        ok = [(c, r) for c, r in zip(candidates, results) if r.error_msg is None and r.run_secs]
+        state.failures += len(candidates) - len(ok)
+        if not ok:
+            return
+        t0 = time.perf_counter()
+        fresh = encode_programs(self.encoder, [c.sch for c, _ in ok], "", "", "tune",
+                                [_speed(r.run_secs) for _, r in ok])
+        self.encode_seconds += time.perf_counter() - t0
+        state.measured = fresh if state.measured is None else concat([state.measured, fresh])
+        t0 = time.perf_counter()
+        state.params = self._adapt(state.measured)
+        self.update_seconds += time.perf_counter() - t0
 
-            state = self._state(context)
-            ok = [(c, r) for c, r in zip(candidates, results) if r.error_msg is None and r.run_secs]
-            state.failures += len(candidates) - len(ok)
-            if not ok:
-                return
-            t0 = time.perf_counter()
-            fresh = encode_programs(self.encoder, [c.sch for c, _ in ok], "", "", "tune",
-                                    [_speed(r.run_secs) for _, r in ok])
-            self.encode_seconds += time.perf_counter() - t0
-            state.measured = fresh if state.measured is None else concat([state.measured, fresh])
-            t0 = time.perf_counter()
-            state.params = self._adapt(state.measured)
-            self.update_seconds += time.perf_counter() - t0
+    def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
+        import time
 
-        def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
-            import time
+        if not candidates:
+            return np.zeros(0)
+        state = self._state(context)
+        t0 = time.perf_counter()
+        encoded = self._encode([c.sch for c in candidates])
+        self.encode_seconds += time.perf_counter() - t0
+        params = state.params if state.params is not None else self._base
+        out = []
+        with torch.no_grad():
+            for idx in iter_batches(len(encoded), 128):
+                batch = self.trained.builder.batch(encoded, idx)
+                out.append(torch.func.functional_call(self.trained.model, params, batch.inputs()))
+        return torch.cat(out).numpy().astype(np.float64)
 
-            if not candidates:
-                return np.zeros(0)
-            state = self._state(context)
-            t0 = time.perf_counter()
-            encoded = self._encode([c.sch for c in candidates])
-            self.encode_seconds += time.perf_counter() - t0
-            params = state.params if state.params is not None else self._base
-            out = []
-            with torch.no_grad():
-                for idx in iter_batches(len(encoded), 128):
-                    batch = self.trained.builder.batch(encoded, idx)
-                    out.append(torch.func.functional_call(self.trained.model, params, batch.inputs()))
-            return torch.cat(out).numpy().astype(np.float64)
+    def save(self, path: str) -> None:
+        """Measured programs per workload (safetensors) + counters (JSON); weights are re-adapted on load."""
+        from safetensors.torch import save_file
 
-        def save(self, path: str) -> None:
-            """Measured programs per workload (safetensors) + counters (JSON); weights are re-adapted on load."""
-            from safetensors.torch import save_file
+        tensors, meta = {}, {}
+        for key, st in self.states.items():
+            meta[key] = {"failures": st.failures, "measured": st.measured is not None}
+            if st.measured is not None:
+                for name in ("features", "slots", "parents", "ptr", "log_thr"):
+                    tensors[f"{key}.{name}"] = getattr(st.measured, name).contiguous()
+        save_file(tensors, path, metadata={"states": json.dumps(meta)})
 
-            tensors, meta = {}, {}
-            for key, st in self.states.items():
-                meta[key] = {"failures": st.failures, "measured": st.measured is not None}
-                if st.measured is not None:
-                    for name in ("features", "slots", "parents", "ptr", "log_thr"):
-                        tensors[f"{key}.{name}"] = getattr(st.measured, name).contiguous()
-            save_file(tensors, path, metadata={"states": json.dumps(meta)})
+    def load(self, path: str) -> None:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
 
-        def load(self, path: str) -> None:
-            from safetensors import safe_open
-            from safetensors.torch import load_file
+        with safe_open(path, "pt") as f:
+            meta = json.loads((f.metadata() or {}).get("states", "{}"))
+        tensors = load_file(path)
+        self.states = {}
+        for key, info in meta.items():
+            st = _WorkloadState(failures=info["failures"])
+            if info["measured"]:
+                st.measured = EncodedWorkload(key, "", "tune", *(tensors[f"{key}.{n}"] for n in
+                                                                 ("features", "slots", "parents", "ptr", "log_thr")))
+                st.params = self._adapt(st.measured)
+            self.states[key] = st
 
-            with safe_open(path, "pt") as f:
-                meta = json.loads((f.metadata() or {}).get("states", "{}"))
-            tensors = load_file(path)
-            self.states = {}
-            for key, info in meta.items():
-                st = _WorkloadState(failures=info["failures"])
-                if info["measured"]:
-                    st.measured = EncodedWorkload(key, "", "tune", *(tensors[f"{key}.{n}"] for n in
-                                                                     ("features", "slots", "parents", "ptr", "log_thr")))
-                    st.params = self._adapt(st.measured)
-                self.states[key] = st
+    # -- internals ------------------------------------------------------------------------
 
-        # -- internals ------------------------------------------------------------------------
+    def _encode(self, schedules: list[Any], cache_size: int = 8192) -> EncodedWorkload:
+        parts = []
+        for sch in schedules:
+            mod = sch.mod
+            key = hash(mod)
+            hit = self._encodings.get(key)
+            if hit is None or not hit[0].same_as(mod):
+                hit = (mod, encode_programs(self.encoder, [sch], "", "", "tune", [0.0]))
+                self._encodings[key] = hit
+                if len(self._encodings) > cache_size:
+                    self._encodings.popitem(last=False)
+            else:
+                self._encodings.move_to_end(key)
+            parts.append(hit[1])
+        return concat(parts)
 
-        def _encode(self, schedules: list[Any], cache_size: int = 8192) -> EncodedWorkload:
-            parts = []
-            for sch in schedules:
-                mod = sch.mod
-                key = hash(mod)
-                hit = self._encodings.get(key)
-                if hit is None or not hit[0].same_as(mod):
-                    hit = (mod, encode_programs(self.encoder, [sch], "", "", "tune", [0.0]))
-                    self._encodings[key] = hit
-                    if len(self._encodings) > cache_size:
-                        self._encodings.popitem(last=False)
-                else:
-                    self._encodings.move_to_end(key)
-                parts.append(hit[1])
-            return concat(parts)
+    def adapted_params(self, context: "TuneContext") -> dict[str, torch.Tensor]:
+        """The adaptable weights for `context`'s workload: adapted to its measurements once it has
+        enough, else the meta-learned ones (what `predict` uses; gradient search descends through them)."""
+        state = self._state(context)
+        return state.params if state.params is not None else self._base
 
-        def _state(self, context: "TuneContext") -> _WorkloadState:
-            key = _workload_key(context)
-            if key not in self.states:
-                self.states[key] = _WorkloadState()
-            return self.states[key]
+    def _state(self, context: "TuneContext") -> _WorkloadState:
+        key = _workload_key(context)
+        if key not in self.states:
+            self.states[key] = _WorkloadState()
+        return self.states[key]
 
-        def _adapt(self, measured: EncodedWorkload) -> dict[str, torch.Tensor] | None:
-            """MAML's inner loop from the meta-learned weights on the most recent measurements."""
-            n = len(measured)
-            if n < 2:
-                return None
-            idx = torch.arange(max(0, n - self.max_support), n)
-            y = standardize_by(measured.log_thr[idx], measured.log_thr[idx])
-            batch = self.trained.builder.batch(measured, idx)
-            return adapt(self.trained.model, dict(self._base), batch.inputs(), y, self.adapt_lr, self.adapt_steps,
-                         create_graph=False)
-
-    return MetaTuneCostModel
+    def _adapt(self, measured: EncodedWorkload) -> dict[str, torch.Tensor] | None:
+        """MAML's inner loop from the meta-learned weights on the most recent measurements."""
+        n = len(measured)
+        if n < 2:
+            return None
+        idx = torch.arange(max(0, n - self.max_support), n)
+        y = standardize_by(measured.log_thr[idx], measured.log_thr[idx])
+        batch = self.trained.builder.batch(measured, idx)
+        return adapt(self.trained.model, dict(self._base), batch.inputs(), y, self.adapt_lr, self.adapt_steps,
+                     create_graph=False)
 
 
-_CLASS: Any = None
-
-
-def MetaTuneCostModel(trained: TrainedModel, **kwargs: Any) -> Any:  # noqa: N802 (a class factory)
-    """Create the cost model (the class is built on first use so TVM is imported lazily)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS(trained, **kwargs)
+def MetaTuneCostModel(trained: TrainedModel, **kwargs: Any) -> Any:  # noqa: N802 (creates the TVM class)
+    """A MetaSchedule cost model: `trained` adapted online to each workload it measures."""
+    return plugin_class(COST_MODEL, _MetaTuneCostModelLogic, "MetaTuneCostModel")(trained, **kwargs)
 
 
 def load_trained(checkpoint: str | Path) -> TrainedModel:

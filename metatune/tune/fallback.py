@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from metatune.encode.supergraph import REBUILD_HINT
+from metatune.env.plugin import COST_MODEL, plugin_class
 from metatune.space.knob_space import DesignSpaces, SearchSpace
 
 if TYPE_CHECKING:
@@ -57,50 +58,36 @@ def uncovered_reason(context: "TuneContext", encoder: "GraphEncoder", samples_pe
     return None
 
 
-def _make_class() -> Any:
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+class _RoutedCostModelLogic:
+    """One cost model per task, as MetaSchedule's task scheduler takes a single one:
+    tasks named in `primary_tasks` use `primary`, all others `fallback`."""
 
-    @derived_object
-    class RoutedCostModel(PyCostModel):
-        """One cost model per task, as MetaSchedule's task scheduler takes a single one:
-        tasks named in `primary_tasks` use `primary`, all others `fallback`."""
+    def __init__(self, primary: Any, fallback: Any, primary_tasks: set[str]) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.primary_tasks = set(primary_tasks)
+        self.demoted: dict[str, str] = {}  # task -> why it left the primary model mid-run
 
-        def __init__(self, primary: Any, fallback: Any, primary_tasks: set[str]) -> None:
-            super().__init__()
-            self.primary = primary
-            self.fallback = fallback
-            self.primary_tasks = set(primary_tasks)
-            self.demoted: dict[str, str] = {}  # task -> why it left the primary model mid-run
+    def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
+               results: list["RunnerResult"]) -> None:
+        self._call("update", context, candidates, results)
 
-        def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
-                   results: list["RunnerResult"]) -> None:
-            self._call("update", context, candidates, results)
+    def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
+        return self._call("predict", context, candidates)
 
-        def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
-            return self._call("predict", context, candidates)
-
-        def _call(self, method: str, context: "TuneContext", *args: Any) -> Any:
-            task = str(context.task_name)
-            if task in self.primary_tasks:
-                try:
-                    return getattr(self.primary, method)(context, *args)
-                except Exception as err:  # noqa: BLE001 - one task's encoding must not end the model's run
-                    self.primary_tasks.discard(task)
-                    self.demoted[task] = _reason(err)
-                    logger.warning("task %s: metatune's cost model failed in %s (%s); XGBModel takes over",
-                                   task, method, self.demoted[task])
-            return getattr(self.fallback, method)(context, *args)
-
-    return RoutedCostModel
+    def _call(self, method: str, context: "TuneContext", *args: Any) -> Any:
+        task = str(context.task_name)
+        if task in self.primary_tasks:
+            try:
+                return getattr(self.primary, method)(context, *args)
+            except Exception as err:  # noqa: BLE001 - one task's encoding must not end the model's run
+                self.primary_tasks.discard(task)
+                self.demoted[task] = _reason(err)
+                logger.warning("task %s: metatune's cost model failed in %s (%s); XGBModel takes over",
+                               task, method, self.demoted[task])
+        return getattr(self.fallback, method)(context, *args)
 
 
-_CLASS: Any = None
-
-
-def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str]) -> Any:  # noqa: N802 (a class factory)
-    """Create the routing cost model (the class is built on first use so TVM is imported lazily)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS(primary, fallback, primary_tasks)
+def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str]) -> Any:  # noqa: N802 (creates the TVM class)
+    """A MetaSchedule cost model that sends each task to `primary` or `fallback`."""
+    return plugin_class(COST_MODEL, _RoutedCostModelLogic, "RoutedCostModel")(primary, fallback, primary_tasks)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
 from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.check import check_schedule
@@ -114,29 +115,27 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     return load_from_zoo(resolution.entry), resolution.entry.id, notes
 
 
+class _ProgressCallbackLogic:
+    """Reports, after every batch, the trials done and the best median latency (s) of each task
+    measured so far (by task index)."""
+
+    def __init__(self, total: int, done: int, report: Callable[[int, int, dict[int, float]], None]) -> None:
+        self.total, self.done, self.report = total, done, report
+        self.best: dict[int, float] = {}
+
+    def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
+              runner_results: Any) -> None:
+        for r in runner_results:
+            if r.error_msg is None and r.run_secs:
+                latency = median_latency([float(x) for x in r.run_secs], high=True)
+                self.best[task_id] = min(self.best.get(task_id, float("inf")), latency)
+        self.done += len(runner_results)
+        self.report(self.done, self.total, self.best)
+
+
 def progress_callback(total: int, done: int, report: Callable[[int, int, dict[int, float]], None]) -> Any:
-    """A MeasureCallback that reports, after every batch, the trials done and the best median
-    latency (s) of each task measured so far (by task index)."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-    @derived_object
-    class ProgressCallback(PyMeasureCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.done = done
-            self.best: dict[int, float] = {}
-
-        def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
-                  runner_results: Any) -> None:
-            for r in runner_results:
-                if r.error_msg is None and r.run_secs:
-                    latency = median_latency([float(x) for x in r.run_secs], high=True)
-                    self.best[task_id] = min(self.best.get(task_id, float("inf")), latency)
-            self.done += len(runner_results)
-            report(self.done, total, self.best)
-
-    return ProgressCallback()
+    """A MeasureCallback calling `report(done, total, best latency per task)` after every batch."""
+    return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report)
 
 
 @dataclass

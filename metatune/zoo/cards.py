@@ -8,58 +8,101 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+
 from metatune.env.device import DeviceFingerprint
 from metatune.fileio import CARD_FILE
 from metatune.zoo.errors import ZooError
 from metatune.zoo.index import _SAFE_ID_RE, ZooEntry
 
-RUN_CARD_FIELDS = ("device", "template_version", "dataset", "train_config", "metrics", "versions", "created",
-                   "train_wall_s")
-DATASET_FIELDS = ("id", "records", "workloads", "spec_hash")
-VERSION_FIELDS = ("metatune", "tvm", "torch")
 METRICS_SUMMARY_MAX = 12
 
 
-def _card_problems(card: Any) -> list[str]:
-    """Everything wrong with a run card, so a trainer can fix it in one go."""
+class _DatasetRef(BaseModel):
+    id: str
+    records: int
+    workloads: int
+    spec_hash: str
+
+
+class _Versions(BaseModel):
+    metatune: str
+    tvm: str
+    torch: str
+
+
+class RunCard(BaseModel):
+    """The card fields that publishing, verifying and the rendered model card rely on; other keys are free.
+
+    Cards are validated with it but kept as the JSON they were read from, so a published card.json
+    is the run's card byte for byte plus the zoo section.
+    """
+
+    device: dict[str, Any]
+    template_version: str = Field(min_length=1)
+    dataset: _DatasetRef
+    train_config: dict[str, Any]
+    metrics: dict[str, Any]
+    versions: _Versions
+    created: str
+    train_wall_s: float = Field(strict=True)
+
+    @field_validator("device")
+    @classmethod
+    def _fingerprint(cls, device: dict[str, Any]) -> dict[str, Any]:
+        """The device must name the zoo directory it is published under."""
+        try:
+            fp = DeviceFingerprint.from_json(device)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"device is not a DeviceFingerprint: {err}") from None
+        if device.get("device_id", fp.device_id) != fp.device_id:
+            raise ValueError(f"device.device_id {device['device_id']!r} disagrees with the fingerprint ({fp.device_id!r})")
+        if not _SAFE_ID_RE.match(fp.device_id):
+            raise ValueError(f"device id {fp.device_id!r} is not usable as a directory name")
+        return device
+
+    @field_validator("created", mode="before")
+    @classmethod
+    def _iso_date(cls, created: Any) -> str:
+        try:
+            datetime.fromisoformat(str(created))
+        except ValueError:
+            raise ValueError(f"created {created!r} is not an ISO date") from None
+        return str(created)
+
+
+class _ZooSection(BaseModel):
+    weights_sha256: str
+
+
+class ZooCard(RunCard):
+    """A published card: the run card plus the checksum `verify` checks the weights against."""
+
+    zoo: _ZooSection
+
+
+def _card_problems(card: Any, schema: type[RunCard]) -> list[str]:
+    """Everything wrong with a card, so a trainer can fix it in one go."""
     if not isinstance(card, dict):
         return ["card.json must hold a JSON object"]
-    problems = [f"missing field {name!r}" for name in RUN_CARD_FIELDS if name not in card]
-    if isinstance(card.get("device"), dict):
-        try:
-            fp = DeviceFingerprint.from_json(card["device"])
-            if card["device"].get("device_id", fp.device_id) != fp.device_id:
-                problems.append(f"device.device_id {card['device']['device_id']!r} disagrees with the "
-                                f"fingerprint ({fp.device_id!r})")
-            elif not _SAFE_ID_RE.match(fp.device_id):
-                problems.append(f"device id {fp.device_id!r} is not usable as a directory name")
-        except (TypeError, ValueError) as err:
-            problems.append(f"device is not a DeviceFingerprint: {err}")
-    elif "device" in card:
-        problems.append("device must be an object (DeviceFingerprint.to_json())")
-    if "template_version" in card and not (isinstance(card["template_version"], str) and card["template_version"]):
-        problems.append("template_version must be a non-empty string")
-    dataset = card.get("dataset")
-    if isinstance(dataset, dict):
-        problems += [f"missing field 'dataset.{name}'" for name in DATASET_FIELDS if name not in dataset]
-    elif "dataset" in card:
-        problems.append("dataset must be an object")
-    versions = card.get("versions")
-    if isinstance(versions, dict):
-        problems += [f"missing field 'versions.{name}'" for name in VERSION_FIELDS if name not in versions]
-    elif "versions" in card:
-        problems.append("versions must be an object")
-    for name in ("train_config", "metrics"):
-        if name in card and not isinstance(card[name], dict):
-            problems.append(f"{name} must be an object")
-    if "created" in card:
-        try:
-            datetime.fromisoformat(str(card["created"]))
-        except ValueError:
-            problems.append(f"created {card['created']!r} is not an ISO date")
-    if "train_wall_s" in card and not isinstance(card["train_wall_s"], (int, float)):
-        problems.append("train_wall_s must be a number")
-    return problems
+    try:
+        schema.model_validate(card)
+    except ValidationError as err:
+        return [_problem(error) for error in err.errors()]
+    return []
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One pydantic error as the line a trainer reads to fix card.json."""
+    where = ".".join(map(str, error["loc"]))
+    if error["type"] == "missing":
+        return f"missing field {where!r}"
+    if error["type"] in ("dict_type", "model_type"):
+        return f"{where} must be an object"
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
+    return f"{where}: {error['msg']}"
 
 
 def read_run_card(directory: Path) -> dict[str, Any]:
@@ -70,7 +113,7 @@ def read_run_card(directory: Path) -> dict[str, Any]:
         card = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ZooError(f"{path} is not valid JSON: {err}") from err
-    problems = _card_problems(card)
+    problems = _card_problems(card, RunCard)
     if problems:
         raise ZooError(f"{path} is not a valid run card: " + "; ".join(problems))
     return card
@@ -84,10 +127,7 @@ def read_zoo_card(entry: ZooEntry) -> dict[str, Any]:
         raise ZooError(f"{entry.id}: {path} is missing") from err
     except (OSError, ValueError) as err:
         raise ZooError(f"{entry.id}: {path} is not valid JSON: {err}") from err
-    problems = _card_problems(card)
-    zoo = card.get("zoo") if isinstance(card, dict) else None
-    if not isinstance(zoo, dict) or not isinstance(zoo.get("weights_sha256"), str):
-        problems.append("missing field 'zoo.weights_sha256'")
+    problems = _card_problems(card, ZooCard)
     if problems:
         raise ZooError(f"{entry.id}: {path} is not a valid zoo card: " + "; ".join(problems))
     return card

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from metatune import MetatuneError
-from metatune.cli.main import app
+from metatune.cli import app
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import REPO_ROOT
-from metatune.learn.train import load_config
+from metatune.learn.config import TrainConfig, load_config
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
@@ -103,3 +103,33 @@ def test_learning_curve_writes_every_point(tiny_run, tmp_path):
 def test_shipped_configs_load(path):
     """The shipped config and its ablations (model options included) pass validation."""
     assert load_config(path).device_id == "x86_64-sapphirerapids-2c"
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("patience: 4}", "patience: 4, epoch: 3}", "pretrain.epoch: Extra inputs are not permitted"),
+    ("eval_every: 20}", "eval_every: 20, inner_lrr: 1}", "maml.inner_lrr: Extra inputs are not permitted"),
+    ("repeats: 3", "repeats: 3, foo: 1", "evaluation.foo: Extra inputs are not permitted"),
+    ("methods: [metatune,", "methods: [magic, metatune,", "unknown evaluation method(s) magic"),
+    ("ks: [0, 8", "ks: [-1, 8", "ks must be >= 0"),
+    ("iterations: 400", "iterations: many", "maml.iterations: Input should be a valid integer"),
+])
+def test_config_errors_are_one_line_and_name_the_key(tmp_path, old, new, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(CONFIG.read_text().replace(old, new))
+    with pytest.raises(MetatuneError) as err:
+        load_config(path)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_config_sections_keep_what_the_file_wrote(tmp_path):
+    """Run cards record the sections as written; the evaluation seed follows the config's seed."""
+    path = tmp_path / "seeded.yaml"
+    text = CONFIG.read_text().replace("seed: 0", "seed: 7")
+    text = text[:text.index("evaluation:")] + "evaluation: {repeats: 2}\nablation: true\n"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.evaluation.seed == 7 and config.evaluation.repeats == 2
+    dumped = config.model_dump(mode="json")
+    assert dumped["evaluation"] == {"repeats": 2}
+    assert dumped["pretrain"]["epochs"] == 15 and "weight_decay" not in dumped["pretrain"]
+    assert TrainConfig.model_validate(dumped) == config

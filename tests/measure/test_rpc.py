@@ -41,16 +41,16 @@ families:
 # so that the test can check that each one ended up measured or recorded as failed.
 DRIVER = """
 import json, sys
-from metatune import measure
-from metatune.data.store import config_key
+from metatune.measure import measurer
+from metatune.dataset.store import config_key
 log = open(sys.argv[1], "a")
-measure_batch = measure.Measurer.measure
+measure_batch = measurer.Measurer.measure
 def logged(self, workload, candidates):
     for c in candidates:
         log.write(json.dumps({"workload": workload.key, "key": config_key(c.sch.trace)}) + "\\n")
     log.flush()
     return measure_batch(self, workload, candidates)
-measure.Measurer.measure = logged
+measurer.Measurer.measure = logged
 sys.argv = ["metatune", *sys.argv[2:]]
 from metatune.cli import main
 main()
@@ -190,7 +190,7 @@ def _retrying(monkeypatch, inner):
 
     up = {"cpu": runners.KeyStatus("cpu", ["127.0.0.1:9091"], 1, 0)}
     monkeypatch.setattr(runners, "tracker_status", lambda addr: up)
-    return runners._runner_classes()[0](inner, parse_rpc_url("rpc://127.0.0.1:9190/cpu"), 1, verify_locally=True)
+    return runners.retrying_rpc_runner(inner, parse_rpc_url("rpc://127.0.0.1:9190/cpu"), 1, verify_locally=True)
 
 
 def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, target):
@@ -218,7 +218,7 @@ def test_no_server_left_stops_the_run_with_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(runners, "tracker_status", lambda addr: {})
     monkeypatch.setattr(runners, "QUEUE_WAIT_S", 0.1)
-    runner = runners._runner_classes()[0](_FlakyRunner(0), parse_rpc_url("rpc://127.0.0.1:9190/cpu"), 1, True)
+    runner = runners.retrying_rpc_runner(_FlakyRunner(0), parse_rpc_url("rpc://127.0.0.1:9190/cpu"), 1, True)
     with pytest.raises(MetatuneError, match="no RPC server left under rpc://127.0.0.1:9190/cpu"):
         runner.run([])
 

@@ -233,6 +233,25 @@ def test_template_version_mismatch(tmp_path, monkeypatch):
         zoo.resolve(device_id(SPR), root)
 
 
+@pytest.mark.parametrize("updates, fragment", [
+    ({"device": "spr"}, "device must be an object"),
+    ({"device": {**SPR, "device_id": "x86_64-haswell-2c"}}, "disagrees with the fingerprint"),
+    ({"device": {**SPR, "sockets": 2}}, "device is not a DeviceFingerprint"),
+    ({"template_version": ""}, "template_version: String should have at least 1 character"),
+    ({"dataset": {"id": "d", "records": 1, "workloads": 1}}, "missing field 'dataset.spec_hash'"),
+    ({"versions": {"metatune": "0.1.0", "tvm": "0.27.0"}}, "missing field 'versions.torch'"),
+    ({"metrics": [0.8]}, "metrics must be an object"),
+    ({"train_wall_s": "12.5"}, "train_wall_s: Input should be a valid number"),
+])
+def test_run_card_problems_name_the_field(tmp_path, updates, fragment):
+    run = make_run(tmp_path, SPR)
+    card = json.loads((run / "card.json").read_text())
+    (run / "card.json").write_text(json.dumps({**card, **updates}))
+    with pytest.raises(ZooError, match="is not a valid run card") as err:
+        zoo.read_run_card(run)
+    assert fragment in str(err.value)
+
+
 def test_verify_lists_every_problem(tmp_path):
     root = tmp_path / "zoo"
     a = zoo.publish(make_run(tmp_path, SPR, "a"), root)
@@ -346,7 +365,7 @@ def test_the_shipped_zoo_verifies_with_this_code():
 
 # -- CLI --------------------------------------------------------------------------------------
 
-from metatune.cli.main import app  # noqa: E402  (the real CLI, zoo commands included)
+from metatune.cli import app  # noqa: E402  (the real CLI, zoo commands included)
 
 
 def cli(*args: str):
@@ -354,7 +373,7 @@ def cli(*args: str):
 
 
 def assert_user_error(result, fragment: str) -> None:
-    """What metatune.cli.main.main turns into one line on stderr and exit status 2."""
+    """What metatune.cli.main turns into one line on stderr and exit status 2."""
     assert isinstance(result.exception, MetatuneError), result.output
     assert fragment in str(result.exception)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,18 +36,14 @@ import torch
 from metatune import MetatuneError
 from metatune.encode import layout
 from metatune.encode.supergraph import GraphEncoder
-from metatune.env.plugin import search_strategy_class
-from metatune.measure.measurer import median_latency, successful_run_seconds
+from metatune.search.base import SearchLogic, SearchStats, create_strategy
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.program import Variant
 from metatune.search.gradient.variants import VariantModel, Variants
-from metatune.space.knob_space import Config, DesignSpaces, SearchSpace, SpaceError
+from metatune.space.knob_space import Config
 
 if TYPE_CHECKING:
-    from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
-    from tvm.s_tir.meta_schedule.database import Database
-    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +73,9 @@ class GradientSettings:
 
 
 @dataclass
-class GradientStats:
-    """Where one task's search time went (seconds, wall clock in this process)."""
+class GradientStats(SearchStats):
+    """Where one task's gradient-search time went, beyond the counters every strategy keeps."""
 
-    task: str = ""
-    batches: int = 0
-    proposed: int = 0
-    search_s: float = 0.0  # pre_tuning + generate_measure_candidates, everything below included
     setup_s: float = 0.0  # design spaces, compute locations, symbolic programs
     descent_s: float = 0.0  # Adam through features and GCN
     select_s: float = 0.0  # rounding, exact scores of the rounded points
@@ -97,16 +88,6 @@ class GradientStats:
     structures: int = 0  # distinct postprocessed loop structures met
     variants: int = 0
     dropped: list[str] = field(default_factory=list)  # variants the symbolic model cannot express
-    measured: int = 0
-    failed: int = 0
-    batch_s: list[float] = field(default_factory=list)
-
-    @property
-    def per_batch_s(self) -> float:
-        return statistics.fmean(self.batch_s) if self.batch_s else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "per_batch_s": self.per_batch_s}
 
 
 class _Scorer:
@@ -116,11 +97,8 @@ class _Scorer:
         trained = cost_model.trained
         self.model = trained.model
         template = trained.builder.template
-        # the weights `update()` adapted on this workload's measurements, else the meta-learned ones
-        state = cost_model._state(context)
-        params = state.params if state.params is not None else cost_model._base
         self.params = {n: p.detach() for n, p in self.model.named_parameters()}
-        self.params.update({n: p.detach() for n, p in params.items()})
+        self.params.update({n: p.detach() for n, p in cost_model.adapted_params(context).items()})
         self.edges = layout.template_edges(template.parents)
         self.nodes = template.num_nodes
 
@@ -136,59 +114,29 @@ class _Seed:
     unroll: int
 
 
-class _GradientLogic:
-    """The strategy's logic; `GradientSearch` adds MetaSchedule's `PySearchStrategy` plumbing."""
+class _GradientLogic(SearchLogic):
+    """Felix-style gradient descent over tile sizes through a MetaTuneCostModel.
+    `GradientSearch(cost_model, **GradientSettings fields)`. Counters: `.stats` (this task),
+    `.total_stats()` (every clone: `tune_tir`/`tune_tasks` run one per task)."""
+
+    name = "GradientSearch"
 
     def __init__(self, cost_model: Any = None, **settings: Any) -> None:
-        self.settings = GradientSettings(**settings)
         self.cost_model = cost_model
-        self.stats = GradientStats()
-        self.family: list[GradientStats] = [self.stats]  # shared by every clone: tune_* runs clones
-        self.context: "TuneContext | None" = None
-        self._reset()
+        super().__init__(GradientSettings(**settings), GradientStats())
 
     def _reset(self) -> None:
-        self.space: SearchSpace | None = None
+        super()._reset()
         self.variants: Variants | None = None
-        self.args_info: Any = None
-        self.observations: dict[Config, float] = {}  # median latency
-        self.failures: set[Config] = set()
-        self.pending: list[tuple["MeasureCandidate", Config]] = []
-        self.max_trials = self.trials_per_iter = self.trials = 0
         self.structures: set[tuple] = set()
-        self.rng = np.random.default_rng(self.settings.seed)
 
-    # -- MetaSchedule interface -------------------------------------------------------------
-
-    def _initialize_with_tune_context(self, context: "TuneContext") -> None:
-        self.context = context
-        self.stats.task = str(context.task_name or "")
-
-    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: list["Schedule"],
-                   database: "Database | None" = None, cost_model: Any = None) -> None:
-        from tvm.s_tir.meta_schedule import Profiler
-
-        with Profiler.timeit("GradientSearch/PreTuning"):
-            self._pre_tuning(max_trials, num_trials_per_iter, design_spaces, database)
-
-    def _pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: list["Schedule"],
-                    database: "Database | None") -> None:
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
+    def _prepare(self, cost_model: Any) -> None:
+        """The descent runs through the cost model given at construction (the one MetaSchedule updates)."""
         t0 = time.perf_counter()
-        if self.context is None:
-            raise RuntimeError("GradientSearch.pre_tuning before _initialize_with_tune_context")
-        if self.cost_model is None or not hasattr(self.cost_model, "trained"):
+        assert self.space is not None
+        if self.cost_model is None or not hasattr(self.cost_model, "adapted_params"):
             raise MetatuneError("GradientSearch descends through a MetaTuneCostModel: "
                                 "pass it as GradientSearch(cost_model)")
-        self._reset()
-        seed = self.settings.seed
-        if seed is None and self.context.rand_state is not None and int(self.context.rand_state) >= 0:
-            seed = int(self.context.rand_state)
-        self.rng = np.random.default_rng(seed)
-        self.max_trials, self.trials_per_iter = int(max_trials), int(num_trials_per_iter)
-        self.space = SearchSpace(DesignSpaces.from_context(self.context, list(design_spaces)))
-        self.args_info = ArgInfo.from_entry_func(design_spaces[0].mod, remove_preproc=True)
         self.variants = Variants(self.space, self.cost_model.trained.builder, GraphEncoder(), self.rng,
                                  self.settings.probes)
         self.stats.variants = len(self.variants)
@@ -197,10 +145,7 @@ class _GradientLogic:
         if not any(usable):
             raise MetatuneError(f"{self.stats.task}: gradient search cannot differentiate any design space: "
                                 + "; ".join(dict.fromkeys(self.variants.dropped.values())))
-        if database is not None:
-            self._resume(database)
         self.stats.setup_s += time.perf_counter() - t0
-        self.stats.search_s += time.perf_counter() - t0
 
     def post_tuning(self) -> None:
         s = self.stats
@@ -210,61 +155,11 @@ class _GradientLogic:
                     s.descent_s, s.select_s, s.build_s, s.visited, s.structures, s.variants, len(s.dropped))
         self.variants = None  # symbolic programs and plans are big; the stats stay
 
-    def generate_measure_candidates(self) -> list["MeasureCandidate"] | None:
-        """Also timed as the profiler scope "GradientSearch/GenerateMeasureCandidates"."""
-        from tvm.s_tir.meta_schedule import Profiler
+    def _observe(self, config: Config, latency_s: float, proposal: tuple | None) -> None:
+        self.observations[config] = latency_s
 
-        with Profiler.timeit("GradientSearch/GenerateMeasureCandidates"):
-            return self._generate()
-
-    def notify_runner_results(self, measure_candidates: list["MeasureCandidate"],
-                              results: list["RunnerResult"]) -> None:
-        for cand, result in zip(measure_candidates, results):
-            match = next((i for i, p in enumerate(self.pending) if p[0].same_as(cand)), None)
-            if match is None:
-                assert self.space is not None
-                config = self.space.config_of(cand.sch.trace)
-            else:
-                config = self.pending.pop(match)[1]
-            secs = successful_run_seconds(result.run_secs)
-            if result.error_msg or secs is None:
-                self.failures.add(config)
-                self.stats.failed += 1
-            else:
-                self.observations[config] = median_latency(secs)
-                self.stats.measured += 1
-
-    def clone(self) -> Any:
-        new = _gradient_search_class()(self.cost_model, **asdict(self.settings))
-        new.family = self.family
-        self.family.append(new.stats)
-        return new
-
-    def total_stats(self) -> list[GradientStats]:
-        """The counters of this strategy and every clone of it (one per task)."""
-        return list(self.family)
-
-    # -- one batch ------------------------------------------------------------------------------
-
-    def _generate(self) -> list["MeasureCandidate"] | None:
-        t0 = time.perf_counter()
-        try:
-            q = min(self.trials_per_iter, self.max_trials - self.trials)
-            if q <= 0 or self.space is None:
-                return None
-            picked = self._propose(q)
-            if not picked:
-                logger.info("GradientSearch %s: no unmeasured configuration left to propose", self.stats.task)
-                return None
-            self.pending.extend(picked)
-            self.trials += len(picked)
-            self.stats.proposed += len(picked)
-            self.stats.batches += 1
-            return [m for m, _ in picked]
-        finally:
-            dt = time.perf_counter() - t0
-            self.stats.search_s += dt
-            self.stats.batch_s.append(round(dt, 3))
+    def _fresh(self) -> Any:
+        return GradientSearch(self.cost_model, **asdict(self.settings))
 
     def _propose(self, q: int) -> list[tuple["MeasureCandidate", Config]]:
         assert self.context is not None
@@ -470,46 +365,12 @@ class _GradientLogic:
             picked += [(MeasureCandidate(c.sch, self.args_info), c.config) for c in fill]
         return picked
 
-    # -- resuming -----------------------------------------------------------------------------
-
-    def _resume(self, database: "Database") -> None:
-        """Measured configurations of this workload: never proposed again, the best seed descents."""
-        assert self.space is not None and self.context is not None
-        mod = self.context.mod
-        if not database.has_workload(mod):
-            return
-        workload = database.commit_workload(mod)
-        for rec in database.get_all_tuning_records():
-            if not rec.workload.same_as(workload):
-                continue
-            try:
-                config = self.space.config_of(rec.trace)
-            except SpaceError:
-                continue  # another design-space structure: never proposed by this search anyway
-            secs = successful_run_seconds(rec.run_secs)
-            if secs is None:
-                self.failures.add(config)
-            else:
-                self.observations.setdefault(config, median_latency(secs))
-
-
 def _key(score: float) -> float:
     """Sort key, best first; a non-finite score sorts last."""
     return -score if math.isfinite(score) else math.inf
 
 
-def _gradient_search_class() -> Any:
-    """The MetaSchedule class, built on first use so that importing this module stays cheap."""
-
-    return search_strategy_class(
-        _GradientLogic, "GradientSearch",
-        "Felix-style gradient descent over tile sizes through a MetaTuneCostModel. "
-        "`GradientSearch(cost_model, **GradientSettings fields)`. Counters: `.stats` (this task), "
-        "`.total_stats()` (every clone: `tune_tir`/`tune_tasks` run one per task).")
-
-
-def __getattr__(name: str) -> Any:
-    """`from metatune.search.gradient.search import GradientSearch` builds the TVM class lazily."""
-    if name == "GradientSearch":
-        return _gradient_search_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def GradientSearch(cost_model: Any, **settings: Any) -> Any:  # noqa: N802 (creates the TVM class)
+    """The gradient MetaSchedule search strategy through `cost_model` (a `MetaTuneCostModel`);
+    keywords: the fields of `GradientSettings`."""
+    return create_strategy(_GradientLogic, cost_model, **settings)
