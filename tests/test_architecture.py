@@ -134,3 +134,13 @@ def test_help_does_not_import_tvm_or_torch():
     code = "import sys, metatune.cli; print(any(m in sys.modules for m in ('tvm', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("metatune"):
+                private += [f"{path.relative_to(REPO_ROOT)}:{node.lineno} {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert private == []

@@ -266,7 +266,7 @@ def parse_loop_name(name: str, vocab: _Vocabulary) -> tuple[bool, str, tuple[int
     return result
 
 
-class _RoleCache:
+class RoleCache:
     """Vocabularies by (family, axis names) so repeated programs parse each name once."""
 
     def __init__(self) -> None:
@@ -460,7 +460,7 @@ class _RoleObservation:
 
 def observe(programs: Iterable[LoopProgram]) -> dict[str, _RoleObservation]:
     """Block roles, their axes and the split levels seen in a set of programs (in order)."""
-    cache = _RoleCache()
+    cache = RoleCache()
     seen: dict[str, _RoleObservation] = {}
     for program in programs:
         owner = owners(program)
@@ -627,7 +627,7 @@ class GraphEncoder:
         self.template = template or Template.load()
         self.version = self.template.version
         self._index = {s: i for i, s in enumerate(self.template.slots)}
-        self._roles = _RoleCache()
+        self._roles = RoleCache()
         self._edge_index = layout.template_edges(self.template.parents)
 
     def analyse(self, source: Any) -> EncodedProgram:

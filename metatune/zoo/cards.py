@@ -14,7 +14,7 @@ from pydantic_core import ErrorDetails
 from metatune.env.device import DeviceFingerprint
 from metatune.fileio import CARD_FILE
 from metatune.zoo.errors import ZooError
-from metatune.zoo.index import _SAFE_ID_RE, ZooEntry
+from metatune.zoo.index import SAFE_ID_RE, ZooEntry
 
 METRICS_SUMMARY_MAX = 12
 
@@ -58,7 +58,7 @@ class RunCard(BaseModel):
             raise ValueError(f"device is not a DeviceFingerprint: {err}") from None
         if device.get("device_id", fp.device_id) != fp.device_id:
             raise ValueError(f"device.device_id {device['device_id']!r} disagrees with the fingerprint ({fp.device_id!r})")
-        if not _SAFE_ID_RE.match(fp.device_id):
+        if not SAFE_ID_RE.match(fp.device_id):
             raise ValueError(f"device id {fp.device_id!r} is not usable as a directory name")
         return device
 

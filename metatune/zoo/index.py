@@ -18,8 +18,8 @@ README_FILE = "README.md"
 ZOO_ENV = "METATUNE_ZOO"
 TRAIN_HINT = "train one with `make train-zoo` (or `metatune train ... && metatune zoo publish RUN_DIR`)"
 
-_VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
-_SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
+SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 
 def default_zoo_dir() -> Path:
@@ -34,7 +34,7 @@ def code_template_version() -> str:
 
 
 def version_number(version: str) -> int:
-    m = _VERSION_RE.match(version)
+    m = VERSION_RE.match(version)
     if not m:
         raise ZooError(f"bad zoo version {version!r}: expected v1, v2, ...")
     return int(m.group(1))
@@ -118,7 +118,7 @@ def write_index(root: Path, entries: list[ZooEntry]) -> None:
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def index_lock(root: Path) -> Iterator[None]:
     """Exclusive flock on the zoo directory itself (no lock file to leave behind)."""
     try:
         import fcntl
@@ -136,7 +136,7 @@ def _locked(root: Path) -> Iterator[None]:
 def parse_id(text: str) -> tuple[str, str | None]:
     """`<device_id>/<version>` or `<device_id>` (meaning its newest version)."""
     device_id, _, version = text.strip().strip("/").partition("/")
-    if not device_id or not _SAFE_ID_RE.match(device_id) or (version and not _VERSION_RE.match(version)):
+    if not device_id or not SAFE_ID_RE.match(device_id) or (version and not VERSION_RE.match(version)):
         raise ZooError(f"bad checkpoint id {text!r}: expected DEVICE_ID or DEVICE_ID/vN, e.g. x86_64-haswell-4c/v2")
     return device_id, version or None
 

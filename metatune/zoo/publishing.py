@@ -15,7 +15,7 @@ from metatune.fileio import CARD_FILE, WEIGHTS_FILE
 from metatune.zoo import index
 from metatune.zoo.cards import metrics_summary, read_run_card, render_readme
 from metatune.zoo.errors import TemplateVersionError, ZooError
-from metatune.zoo.index import _VERSION_RE, README_FILE, ZooEntry, _locked, read_index, version_number, write_index
+from metatune.zoo.index import README_FILE, VERSION_RE, ZooEntry, index_lock, read_index, version_number, write_index
 from metatune.zoo.weights import load_weights, sha256
 
 
@@ -45,10 +45,10 @@ def publish(run_dir: Path, root: Path | None = None, *, template_version: str | 
         data = (staging / WEIGHTS_FILE).read_bytes()  # validate the copy: it is what gets published
         tensors, metadata = load_weights(data, f"{run_dir / WEIGHTS_FILE}")
         digest = sha256(data)
-        with _locked(root):
+        with index_lock(root):
             entries = read_index(root)
             taken = [e.number for e in entries if e.device_id == fp.device_id]
-            taken += [version_number(p.name) for p in device_dir.iterdir() if _VERSION_RE.match(p.name)]
+            taken += [version_number(p.name) for p in device_dir.iterdir() if VERSION_RE.match(p.name)]
             version = f"v{max(taken, default=0) + 1}"
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
             zoo_card = dict(card)

@@ -12,7 +12,7 @@ from metatune.fileio import CARD_FILE, INDEX_FILE, WEIGHTS_FILE
 from metatune.zoo import index
 from metatune.zoo.cards import read_zoo_card
 from metatune.zoo.errors import ChecksumError, TemplateVersionError, ZooError
-from metatune.zoo.index import _VERSION_RE, README_FILE, ZooEntry, get_entry, read_index
+from metatune.zoo.index import README_FILE, VERSION_RE, ZooEntry, get_entry, read_index
 from metatune.zoo.weights import load_weights, sha256
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def _unindexed(root: Path, indexed: set[str]) -> list[ZooError]:
         return []
     out = []
     for device_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for v in sorted(p for p in device_dir.iterdir() if p.is_dir() and _VERSION_RE.match(p.name)):
+        for v in sorted(p for p in device_dir.iterdir() if p.is_dir() and VERSION_RE.match(p.name)):
             if f"{device_dir.name}/{v.name}" not in indexed:
                 out.append(ZooError(f"{device_dir.name}/{v.name} is not in {INDEX_FILE} (interrupted publish?); "
                                     "delete the directory or publish its run again"))

@@ -34,7 +34,7 @@ import torch
 from metatune.encode import layout
 from metatune.encode.features import NUM_BUFFER_SLOTS, NUM_FEATURES, buffer_slots, owners
 from metatune.encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED
-from metatune.encode.supergraph import EncodedProgram, GraphEncoder, _RoleCache  # the encoder's own slot rules
+from metatune.encode.supergraph import EncodedProgram, GraphEncoder, RoleCache  # the encoder's own slot rules
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.postproc import UNIT, FinalProgram, Rewrite
 from metatune.search.gradient.program import Mono, Span, SymAccess, SymbolicProgram
@@ -88,7 +88,7 @@ class VariantFeatures:
         if builder.mode != "supergraph" or builder.template.version != encoder.version:
             raise NotDifferentiable("gradient search needs a super-graph cost model on the current template")
         self.program, self.builder, self.encoder = program, builder, encoder
-        self.roles = _RoleCache()
+        self.roles = RoleCache()
         self.plans: dict[tuple, Plan] = {}
         width = program.num_columns
         loops = program.loops
