@@ -5,6 +5,10 @@ Each command imports its stage (TVM, torch) when it runs, so that `--help` is in
 
 from __future__ import annotations
 
+import sys
+import warnings
+from typing import TextIO
+
 import typer
 
 from metatune import __version__
@@ -39,7 +43,15 @@ def _root(
     """Build datasets, train, publish and tune with meta-learned cost models."""
 
 
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+    """A `warnings.showwarning` printing "warning: MESSAGE": where in the code a warning was raised
+    is no concern of the user."""
+    print(f"warning: {message}", file=file or sys.stderr)
+
+
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit status 2."""
+    """Entry point: user errors become one line on stderr and exit status 2, warnings one line each."""
+    warnings.showwarning = show_warning
     with one_line_errors():
         app()

@@ -35,11 +35,12 @@ def write_json(data: object, path: Path) -> None:
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """Report user errors (MetatuneError) as one line on stderr with exit status 2, not as a traceback."""
+    """Report user errors (MetatuneError) as one line on stderr with exit status 2, not as a traceback
+    (a message quoting a multi-line text, such as a library's error, is joined onto that line)."""
     try:
         yield
     except MetatuneError as err:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo("error: " + " ".join(line.strip() for line in str(err).splitlines() if line.strip()), err=True)
         sys.exit(2)
 
 

@@ -38,11 +38,11 @@ def dataset_info(
     directory: Path = typer.Argument(..., help="Dataset directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the dataset card as JSON."),
 ) -> None:
-    """Summarise a dataset: counts per family and split, failures by kind, provenance."""
+    """Summarise a dataset: counts per family and split (recounted from the records), failures by kind, provenance."""
     from metatune.dataset.builder import summarize
-    from metatune.dataset.card import read_card
+    from metatune.dataset.card import current_card
 
-    card = read_card(directory)
+    card = current_card(directory)
     if card is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json); build one with 'metatune dataset build'")
     if as_json:

@@ -14,6 +14,9 @@ from metatune.cli.common import RUNNER_HELP, TARGET_HELP, write_json
 
 app = typer.Typer()
 
+# More trials than any tuning run could measure: a larger number is a typo, and TVM takes only int32 counts.
+MAX_TRIALS = 10**7
+
 
 @app.command()
 def tune(
@@ -23,7 +26,8 @@ def tune(
     trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
                                              "(including those already in --db)."),
     strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
-    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device, or a checkpoint path."),
+    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "
+                                    "(weights file, run or zoo version directory) or a zoo id DEVICE_ID/vN."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
@@ -59,12 +63,25 @@ def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
     return warnings_to_file(logs / WARNINGS_FILE)
 
 
+def check_options(trials: int, db: Optional[Path], checkpoint: str) -> None:
+    """Reject bad --trials, --db and --checkpoint in seconds, before TVM's setup (which takes far longer)."""
+    if trials > MAX_TRIALS:
+        raise MetatuneError(f"--trials {trials} is more than {MAX_TRIALS}")
+    if db is not None and db.exists() and not db.is_dir():
+        raise MetatuneError(f"--db {db} is a file; the database is a directory (give a new or existing directory)")
+    if checkpoint != "auto":
+        from metatune.search.online_model import load_named
+
+        load_named(checkpoint)
+
+
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
              db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
              target: Optional[str] = None, verbose: bool = False) -> None:
     """`--workload TEXT`: one operator, checked against NumPy; `--model NAME` goes to `run_tune_model`."""
     if (workload_text is None) == (model is None):
         raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
+    check_options(trials, db, checkpoint)
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose)

@@ -6,7 +6,7 @@ import collections
 import json
 from pathlib import Path
 
-from metatune.dataset.store import DatasetStore
+from metatune.dataset.store import DatasetStore, StoreError
 from metatune.fileio import CARD_FILE, write_atomic
 
 
@@ -47,7 +47,22 @@ def compute_counts(store: DatasetStore) -> dict:
 
 def read_card(directory: Path) -> dict | None:
     path = Path(directory) / CARD_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise StoreError(f"{path} is not a readable dataset card ({err}); restore it, or delete it and resume "
+                         "'metatune dataset build' to rewrite it") from None
+
+
+def current_card(directory: Path) -> dict | None:
+    """The card with its counts recomputed from the records: the card is rewritten only between
+    workloads, so after a crash (kill -9) it lags behind what the records hold. Writes nothing."""
+    card = read_card(directory)
+    if card is None:
+        return None
+    return {**card, **compute_counts(DatasetStore(directory, repair=False))}
 
 
 def write_card(directory: Path, card: dict) -> None:

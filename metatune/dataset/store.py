@@ -67,18 +67,20 @@ def _append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def _read_lines(path: Path) -> list[str]:
-    """Complete lines of a (possibly gzipped) file; a torn last line is cut off the file."""
+def _read_lines(path: Path, repair: bool = True) -> list[str]:
+    """Complete lines of a (possibly gzipped) file; with `repair`, a torn last line is cut off the file
+    (without, it is only skipped: an inspection must not write to a dataset another process may be building)."""
     gz = path.with_name(path.name + ".gz")
     if gz.exists():
-        path.unlink(missing_ok=True)  # crash between sealing and deleting: the .gz is complete
+        if repair:
+            path.unlink(missing_ok=True)  # crash between sealing and deleting: the .gz is complete
         with gzip.open(gz, "rt", encoding="utf-8") as f:
             return [line for line in f.read().splitlines() if line.strip()]
     if not path.exists():
         return []
     raw = path.read_bytes()
     complete_len = raw.rfind(b"\n") + 1  # each append writes its newline in the same write()
-    if complete_len < len(raw):
+    if repair and complete_len < len(raw):
         with open(path, "r+b") as f:  # a torn last line: the process died mid-append
             f.truncate(complete_len)
     lines = [line for line in raw[:complete_len].decode().splitlines() if line.strip()]
@@ -102,7 +104,8 @@ class Failure:
 class WorkloadStore:
     """The records of one workload: append while measuring, read for training."""
 
-    def __init__(self, directory: Path, workload: Workload | None = None, split: str | None = None) -> None:
+    def __init__(self, directory: Path, workload: Workload | None = None, split: str | None = None,
+                 repair: bool = True) -> None:
         self.dir = Path(directory)
         meta_path = self.dir / META_FILE
         if meta_path.exists():
@@ -117,8 +120,8 @@ class WorkloadStore:
             self.workload, self.split = workload, split or "train"
             self.dir.mkdir(parents=True, exist_ok=True)
             write_atomic(meta_path, json.dumps({"workload": workload.key, "split": self.split}).encode())
-        self._record_lines = _read_lines(self.dir / RECORD_FILE)
-        self._failures = [Failure(**json.loads(l)) for l in _read_lines(self.dir / FAILURE_FILE)]
+        self._record_lines = _read_lines(self.dir / RECORD_FILE, repair)
+        self._failures = [Failure(**json.loads(l)) for l in _read_lines(self.dir / FAILURE_FILE, repair)]
         self._keys: set[str] | None = None
         self._record_keys: list[str] | None = None
 
@@ -212,10 +215,11 @@ class WorkloadStore:
 
 
 class DatasetStore:
-    """All workload stores below a dataset directory."""
+    """All workload stores below a dataset directory; `repair=False` reads without writing (see `_read_lines`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, repair: bool = True) -> None:
         self.dir = Path(directory)
+        self.repair = repair
 
     def workload_dir(self, workload: Workload) -> Path:
         return self.dir / "workloads" / workload.family / workload_slug(workload)
@@ -227,7 +231,7 @@ class DatasetStore:
         root = self.dir / "workloads"
         if not root.exists():
             return iter(())
-        return (WorkloadStore(meta.parent) for meta in sorted(root.glob(f"*/*/{META_FILE}")))
+        return (WorkloadStore(meta.parent, repair=self.repair) for meta in sorted(root.glob(f"*/*/{META_FILE}")))
 
     def export_tvm_database(self, out_dir: Path) -> tuple[Path, Path]:
         """Write every measured record as one MetaSchedule JSONDatabase pair."""

@@ -20,9 +20,9 @@ import torch
 from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
+from metatune.learn.config import TrainConfig, load_config
 from metatune.learn.maml import predict_all, pretrain
 from metatune.learn.metrics import pairwise_accuracy
-from metatune.learn.config import TrainConfig, load_config
 from metatune.learn.train import load_splits, new_model
 from metatune.progress import progress_bar
 

@@ -27,7 +27,7 @@ from metatune.env.plugin import COST_MODEL, plugin_class
 from metatune.fileio import WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.maml import adapt, adaptable_params, standardize_by
-from metatune.zoo import load_checkpoint
+from metatune.zoo import ZooError, default_zoo_dir, get_entry, load_checkpoint
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
@@ -197,9 +197,23 @@ def load_trained(checkpoint: str | Path) -> TrainedModel:
     return TrainedModel.load(path)
 
 
+def load_named(checkpoint: str) -> tuple[TrainedModel, Path]:
+    """A checkpoint named on the command line, and the directory holding its card: a path (see
+    `load_trained`), else a zoo id (DEVICE_ID/vN, or DEVICE_ID for its newest version)."""
+    path = Path(checkpoint)
+    if path.exists():
+        return load_trained(path), path if path.is_dir() else path.parent
+    try:
+        entry = get_entry(default_zoo_dir(), checkpoint)
+    except ZooError as err:
+        raise MetatuneError(
+            f"checkpoint {checkpoint!r} is neither a file or directory nor a zoo checkpoint: {err}") from None
+    return load_from_zoo(entry), entry.directory
+
+
 def load_from_zoo(entry: Any) -> TrainedModel:
     """A zoo checkpoint, after the zoo has verified its sha256 and template version."""
 
     tensors, card = load_checkpoint(entry)
     metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in card["weights_metadata"].items()}
-    return TrainedModel.from_state(tensors, metadata)
+    return TrainedModel.from_state(tensors, metadata, f"zoo checkpoint {entry.id}")

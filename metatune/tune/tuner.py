@@ -29,7 +29,7 @@ from metatune.measure.measurer import Measurer, MeasureSettings, median_latency,
 from metatune.measure.runners import make_runner
 from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
-from metatune.search.online_model import MetaTuneCostModel, load_from_zoo, load_trained
+from metatune.search.online_model import MetaTuneCostModel, load_from_zoo, load_named
 from metatune.space.knob_space import DesignSpaces
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
@@ -86,20 +86,31 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
     return out
 
 
+def _trained_on(card_path: Path) -> str | None:
+    """The device id named by a checkpoint's card, when it has one."""
+    if not card_path.exists():
+        return None
+    try:
+        card = json.loads(card_path.read_text())
+    except (OSError, ValueError) as err:
+        raise MetatuneError(f"{card_path} is not a readable model card ({err})") from None
+    device = card.get("device") if isinstance(card, dict) else None
+    return device.get("device_id") if isinstance(device, dict) else None
+
+
 def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, list[str]]:
-    """The trained model to tune with: `auto` resolves the zoo for this device."""
+    """The trained model to tune with: `auto` resolves the zoo for this device; else a path or a
+    zoo id (`load_named`), with a note when it was trained on another device."""
 
     notes: list[str] = []
     if checkpoint != "auto":
-        trained = load_trained(checkpoint)
-        card = Path(checkpoint) / CARD_FILE if Path(checkpoint).is_dir() else Path(checkpoint).with_name(CARD_FILE)
-        if card.exists():
-            device = json.loads(card.read_text()).get("device", {}).get("device_id")
-            if device and device != fingerprint.device_id:
-                note = (f"checkpoint {checkpoint} was trained on {device}, this device is {fingerprint.device_id}: "
-                        "its predictions start less accurate and online adaptation has more to correct")
-                warnings.warn(note, stacklevel=2)
-                notes.append(note)
+        trained, directory = load_named(checkpoint)
+        device = _trained_on(directory / CARD_FILE)
+        if device and device != fingerprint.device_id:
+            note = (f"checkpoint {checkpoint} was trained on {device}, this device is {fingerprint.device_id}: "
+                    "its predictions start less accurate and online adaptation has more to correct")
+            warnings.warn(note, stacklevel=2)
+            notes.append(note)
         return trained, str(checkpoint), notes
 
     zoo_dir = default_zoo_dir()

@@ -9,7 +9,8 @@ schedules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -25,6 +26,12 @@ class WorkloadError(MetatuneError):
 
 
 Shape = dict[str, int]
+Buffers = dict[str, tuple[int, ...]]
+
+# TVM indexes a buffer whose extents all fit in int32 with int32 element offsets: a larger
+# buffer overflows them and fails to build, so such shapes are rejected when parsed.
+MAX_BUFFER_ELEMENTS = 2**31 - 1
+INPUT_NAMES = ("data", "weight", "bias", "residual")
 
 
 def _conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
@@ -121,12 +128,39 @@ def _ref_depthwise(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.nd
 
 
 # ---------------------------------------------------------------------------------------------
+# Buffers the computes allocate besides their inputs and output (TOPI's padding, Winograd's tiles)
+
+
+def _padded_2d(p: Shape) -> Buffers:
+    return {"padded data": (p["n"], p["c"], p["h"] + 2 * p["pad"], p["w"] + 2 * p["pad"])}
+
+
+def _transpose_scratch(p: Shape, spatial: tuple[tuple[str, str], ...]) -> Buffers:
+    """conv*_transpose dilates the input by the stride, then pads it by kernel - 1 - pad per side."""
+    dilated = tuple((p[size] - 1) * p["stride"] + 1 for size, _ in spatial)
+    padded = tuple(d + 2 * (p[kernel] - 1 - p["pad"]) for d, (_, kernel) in zip(dilated, spatial))
+    return {"dilated data": (p["n"], p["c"], *dilated), "padded data": (p["n"], p["c"], *padded)}
+
+
+def _winograd_scratch(p: Shape) -> Buffers:
+    """F(4x4, 3x3): 6x6 tiles over 4x4 output blocks (tvm.topi.nn.conv2d_winograd_nchw)."""
+    _, _, oh, ow = _conv2d_out_shape(p)
+    tiles = p["n"] * -(-oh // 4) * -(-ow // 4)
+    return {**_padded_2d(p), "data tiles": (p["c"], tiles, 6, 6), "kernel tiles": (6, 6, p["c"], p["k"]),
+            "product tiles": (6, 6, p["k"], tiles), "output tiles": (p["k"], tiles, 4, 4)}
+
+
+def _no_scratch(p: Shape) -> Buffers:
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------
 # Families
 
 
 @dataclass(frozen=True)
 class Family:
-    """One operator family: parameter names, compute, FLOPs, validity and reference."""
+    """One operator family: parameter names, compute, FLOPs, validity, buffers and reference."""
 
     name: str
     params: tuple[str, ...]
@@ -135,8 +169,16 @@ class Family:
     check: Callable[[Shape], None]
     flops: Callable[[Shape], int]
     input_shapes: Callable[[Shape], list[tuple[int, ...]]]
+    output_shape: Callable[[Shape], tuple[int, ...]]
     compute: Callable[[Shape, list["tvm.te.Tensor"]], "tvm.te.Tensor"]
     reference: Callable[[Shape, list[np.ndarray]], np.ndarray]
+    # intermediate buffers that can outgrow every input and the output
+    scratch_shapes: Callable[[Shape], Buffers] = field(default=_no_scratch)
+
+    def buffers(self, p: Shape) -> Buffers:
+        """Shapes of the buffers that can be the program's largest: inputs, output and scratch."""
+        inputs = dict(zip(INPUT_NAMES, self.input_shapes(p)))
+        return {**inputs, "output": self.output_shape(p), **self.scratch_shapes(p)}
 
 
 def _conv1d_compute(p: Shape, ins):
@@ -275,6 +317,8 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: (_check_positive(p, ("n", "c", "l", "k", "r", "stride")), _check_conv(p, (("l", "r"),)))[-1],
             flops=lambda p: 2 * p["n"] * p["k"] * _conv_out(p["l"], p["r"], p["stride"], p["pad"]) * p["c"] * p["r"],
             input_shapes=lambda p: [(p["n"], p["c"], p["l"]), (p["k"], p["c"], p["r"])],
+            output_shape=lambda p: (p["n"], p["k"], _conv_out(p["l"], p["r"], p["stride"], p["pad"])),
+            scratch_shapes=lambda p: {"padded data": (p["n"], p["c"], p["l"] + 2 * p["pad"])},
             compute=_conv1d_compute,
             reference=lambda p, a: _ref_conv2d(a[0][:, :, None, :], a[1][:, :, None, :], p["stride"], (0, p["pad"]))[:, :, 0],
         ),
@@ -284,6 +328,8 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: (_check_positive(p, ("n", "c", "l", "k", "r", "stride")), _check_transpose(p, (("l", "r"),)))[-1],
             flops=lambda p: 2 * p["n"] * p["c"] * p["l"] * p["k"] * p["r"],
             input_shapes=lambda p: [(p["n"], p["c"], p["l"]), (p["c"], p["k"], p["r"])],
+            output_shape=lambda p: (p["n"], p["k"], _transpose_out(p["l"], p["r"], p["stride"], p["pad"])),
+            scratch_shapes=lambda p: _transpose_scratch(p, (("l", "r"),)),
             compute=_conv1d_transpose_compute,
             reference=lambda p, a: _ref_conv2d_transpose(a[0][:, :, None, :], a[1][:, :, None, :], p["stride"], (0, p["pad"]))[:, :, 0],
         ),
@@ -293,6 +339,8 @@ FAMILIES: dict[str, Family] = {
             check=_check_conv2d,
             flops=_conv2d_flops,
             input_shapes=lambda p: [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"])],
+            output_shape=_conv2d_out_shape,
+            scratch_shapes=_padded_2d,
             compute=_conv2d_compute,
             reference=lambda p, a: _ref_conv2d(a[0], a[1], p["stride"], p["pad"]),
         ),
@@ -303,6 +351,8 @@ FAMILIES: dict[str, Family] = {
             check=_check_conv2d,
             flops=_conv2d_epilogue_flops(1),
             input_shapes=_conv2d_bias_inputs,
+            output_shape=_conv2d_out_shape,
+            scratch_shapes=_padded_2d,
             compute=_conv2d_bias_compute,
             reference=_ref_conv2d_bias,
         ),
@@ -313,6 +363,8 @@ FAMILIES: dict[str, Family] = {
             check=_check_conv2d,
             flops=_conv2d_epilogue_flops(2),
             input_shapes=_conv2d_bias_inputs,
+            output_shape=_conv2d_out_shape,
+            scratch_shapes=_padded_2d,
             compute=_conv2d_bias_relu_compute,
             reference=lambda p, a: np.maximum(_ref_conv2d_bias(p, a), 0.0),
         ),
@@ -323,6 +375,8 @@ FAMILIES: dict[str, Family] = {
             check=_check_conv2d,
             flops=_conv2d_epilogue_flops(3),
             input_shapes=lambda p: [*_conv2d_bias_inputs(p), _conv2d_out_shape(p)],
+            output_shape=_conv2d_out_shape,
+            scratch_shapes=_padded_2d,
             compute=_conv2d_bias_add_relu_compute,
             reference=lambda p, a: np.maximum(_ref_conv2d_bias(p, a) + a[3], 0.0),
         ),
@@ -334,6 +388,9 @@ FAMILIES: dict[str, Family] = {
                              _check_transpose(p, (("h", "r"), ("w", "s"))))[-1],
             flops=_conv2d_transpose_flops,
             input_shapes=lambda p: [(p["n"], p["c"], p["h"], p["w"]), (p["c"], p["k"], p["r"], p["s"])],
+            output_shape=lambda p: (p["n"], p["k"], _transpose_out(p["h"], p["r"], p["stride"], p["pad"]),
+                                    _transpose_out(p["w"], p["s"], p["stride"], p["pad"])),
+            scratch_shapes=lambda p: _transpose_scratch(p, (("h", "r"), ("w", "s"))),
             compute=_conv2d_transpose_compute,
             reference=lambda p, a: _ref_conv2d_transpose(a[0], a[1], p["stride"], p["pad"]),
         ),
@@ -344,6 +401,8 @@ FAMILIES: dict[str, Family] = {
             check=_check_winograd,
             flops=_conv2d_flops,
             input_shapes=lambda p: [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"])],
+            output_shape=_conv2d_out_shape,
+            scratch_shapes=_winograd_scratch,
             compute=_winograd_compute,
             reference=lambda p, a: _ref_conv2d(a[0], a[1], p["stride"], p["pad"]),
         ),
@@ -356,6 +415,9 @@ FAMILIES: dict[str, Family] = {
             flops=lambda p: 2 * p["n"] * p["c"] * _conv_out(p["h"], p["r"], p["stride"], p["pad"])
             * _conv_out(p["w"], p["s"], p["stride"], p["pad"]) * p["r"] * p["s"],
             input_shapes=lambda p: [(p["n"], p["c"], p["h"], p["w"]), (p["c"], 1, p["r"], p["s"])],
+            output_shape=lambda p: (p["n"], p["c"], _conv_out(p["h"], p["r"], p["stride"], p["pad"]),
+                                    _conv_out(p["w"], p["s"], p["stride"], p["pad"])),
+            scratch_shapes=_padded_2d,
             compute=_depthwise_compute,
             reference=lambda p, a: _ref_depthwise(a[0], a[1], p["stride"], p["pad"]),
         ),
@@ -365,6 +427,7 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: _check_positive(p, ("m", "n", "k")),
             flops=lambda p: 2 * p["m"] * p["n"] * p["k"],
             input_shapes=lambda p: [(p["m"], p["k"]), (p["n"], p["k"])],
+            output_shape=lambda p: (p["m"], p["n"]),
             compute=_dense_compute,
             reference=lambda p, a: a[0].astype(np.float64) @ a[1].astype(np.float64).T,
         ),
@@ -374,6 +437,7 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: _check_positive(p, ("m", "n", "k")),
             flops=lambda p: 2 * p["m"] * p["n"] * p["k"] + 2 * p["m"] * p["n"],
             input_shapes=lambda p: [(p["m"], p["k"]), (p["n"], p["k"]), (p["n"],)],
+            output_shape=lambda p: (p["m"], p["n"]),
             compute=_dense_bias_relu_compute,
             reference=lambda p, a: np.maximum(a[0].astype(np.float64) @ a[1].astype(np.float64).T + a[2], 0.0),
         ),
@@ -384,6 +448,7 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: _check_positive(p, ("m", "n", "k")),
             flops=lambda p: 2 * p["m"] * p["n"] * p["k"] + p["m"] * p["n"],
             input_shapes=lambda p: [(p["m"], p["k"]), (p["k"], p["n"]), (p["n"],)],
+            output_shape=lambda p: (p["m"], p["n"]),
             compute=_dense_bias_compute,
             reference=lambda p, a: a[0].astype(np.float64) @ a[1].astype(np.float64) + a[2],
         ),
@@ -393,6 +458,7 @@ FAMILIES: dict[str, Family] = {
             check=lambda p: _check_positive(p, ("b", "m", "n", "k")),
             flops=lambda p: 2 * p["b"] * p["m"] * p["n"] * p["k"],
             input_shapes=lambda p: [(p["b"], p["m"], p["k"]), (p["b"], p["n"], p["k"])],
+            output_shape=lambda p: (p["b"], p["m"], p["n"]),
             compute=_batch_matmul_compute,
             reference=lambda p, a: np.einsum("bmk,bnk->bmn", a[0].astype(np.float64), a[1].astype(np.float64)),
         ),
@@ -426,6 +492,7 @@ class Workload:
                 raise WorkloadError(f"{family}: {name}={value!r} is not an integer")
         params = {name: int(shape[name]) for name in fam.params}
         fam.check(params)
+        _check_addressable(fam, params)
         return cls(family, tuple(params.items()))
 
     @classmethod
@@ -476,8 +543,7 @@ class Workload:
         """Placeholders followed by the output tensor."""
         from tvm import te
 
-        names = ["data", "weight", "bias", "residual"]
-        ins = [te.placeholder(s, name=names[i], dtype="float32") for i, s in enumerate(self.input_shapes())]
+        ins = [te.placeholder(s, name=name, dtype="float32") for name, s in zip(INPUT_NAMES, self.input_shapes())]
         return [*ins, self.spec.compute(self.params, ins)]
 
     def prim_func(self) -> "tvm.tirx.PrimFunc":
@@ -504,6 +570,14 @@ class Workload:
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         return self.spec.reference(self.params, inputs)
+
+
+def _check_addressable(fam: Family, p: Shape) -> None:
+    for name, shape in fam.buffers(p).items():
+        size = math.prod(shape)
+        _require(size <= MAX_BUFFER_ELEMENTS,
+                 f"{fam.name}: the {name} buffer ({'x'.join(map(str, shape))}) has {size} elements, more than "
+                 f"the {MAX_BUFFER_ELEMENTS} that TVM's int32 buffer indices address; use smaller dimensions")
 
 
 def get_family(name: str) -> Family:

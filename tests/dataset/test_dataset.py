@@ -15,6 +15,7 @@ from metatune.dataset.spec import load_spec
 from metatune.dataset.store import RECORD_FILE, DatasetStore
 from metatune.encode.supergraph import Template
 from metatune.fileio import REPO_ROOT
+from metatune.workload.operators import get_suite
 
 TINY_SPEC = """
 name: tiny
@@ -65,7 +66,7 @@ def test_held_out_never_in_training(tmp_path):
     held = {w.key for w in spec.held_out_workloads()}
     train = {w.key for w in spec.training_workloads()}
     assert held and train and not (held & train)
-    assert {w.key for w in spec.held_out_workloads()} >= {str(w) for w in __import__("metatune.workload.operators").workloads.get_suite("resnet18")}
+    assert {w.key for w in spec.held_out_workloads()} >= {str(w) for w in get_suite("resnet18")}
     families = {w.split(":")[0] for w in train}
     assert len(families) == 9 and len(train) >= 64
 
@@ -156,3 +157,38 @@ def test_resume_refuses_another_spec(tmp_path):
     other = write_spec(tmp_path, text=TINY_SPEC.format(samples=3))
     res = cli("dataset", "build", "--spec", str(other), "--out", str(out), timeout=120)
     assert res.returncode == 2 and "another spec" in res.stderr
+
+
+def test_info_recounts_the_records_a_killed_build_left(tmp_path):
+    """The card is rewritten between workloads only: after a kill -9 it says 0 where the records hold 8.
+    `dataset info` recounts from the records, and writes nothing (the torn line stays for the builder)."""
+    import gzip
+    import shutil
+
+    from metatune.fileio import WORKLOAD_FILE
+
+    shipped = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
+    source = sorted((shipped / "workloads" / "dense").iterdir())[0]
+    out = tmp_path / "ds"
+    workload_dir = out / "workloads" / "dense" / source.name
+    workload_dir.mkdir(parents=True)
+    for name in ("meta.json", WORKLOAD_FILE):
+        shutil.copy(source / name, workload_dir)
+    lines = gzip.decompress((source / (RECORD_FILE + ".gz")).read_bytes()).decode().splitlines()
+    records = "\n".join(lines[:8]) + "\n" + lines[8][:40]  # killed in the middle of the ninth append
+    (workload_dir / RECORD_FILE).write_text(records)
+    card = json.loads((shipped / "card.json").read_text())
+    zero = {"workloads": 0, "complete": 0, "records": 0, "failures": 0}
+    card.update(counts={}, failures_by_kind={}, totals=zero, workloads={})
+    (out / "card.json").write_text(json.dumps(card))
+
+    info = cli("dataset", "info", str(out), "--json", timeout=120)
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    assert data["totals"] == {"workloads": 1, "complete": 0, "records": 8, "failures": 0}
+    split = json.loads((source / "meta.json").read_text())["split"]
+    assert data["counts"]["dense"][split]["records"] == 8 and data["dataset_id"] == card["dataset_id"]
+    text = cli("dataset", "info", str(out), timeout=120).stdout
+    assert ": 8 records, 0 failures, 1 workloads" in text
+    assert (workload_dir / RECORD_FILE).read_text() == records
+    assert json.loads((out / "card.json").read_text())["totals"] == zero

@@ -47,3 +47,11 @@ def test_shipped_records_load_in_tvm_and_replay(card, tmp_path):
 def test_card_provenance(card):
     assert card["device"]["device_id"] == "x86_64-sapphirerapids-2c"
     assert len(card["spec_hash"]) == 64 and card["versions"]["tvm"].startswith("0.27")
+
+
+def test_the_spec_still_hashes_to_the_card(card):
+    """Validation details (strict types, list ranges) must not change a spec's digest: a build resumes only
+    under the digest on its card."""
+    from metatune.dataset.spec import load_spec
+
+    assert load_spec(REPO_ROOT / "datasets" / "specs" / f"{card['spec_name']}.yaml").digest() == card["spec_hash"]

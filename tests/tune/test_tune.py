@@ -122,6 +122,39 @@ def test_checkpoint_of_another_device_warns_what_happens(tmp_path):
     assert notes
 
 
+@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
+def test_checkpoint_takes_a_zoo_id(monkeypatch, tmp_path):
+    """`--checkpoint DEVICE_ID/vN` (or a bare DEVICE_ID) loads through the zoo, which checks its sha256."""
+    import shutil
+    import warnings
+
+    import torch
+
+    from metatune.env.device import local_fingerprint
+    from metatune.tune.tuner import resolve_checkpoint
+    from metatune.zoo import ChecksumError, read_index
+
+    entry = read_index(ZOO)[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        direct = resolve_checkpoint(str(entry.weights_path), local_fingerprint())[0]
+        for name in (entry.id, entry.device_id):
+            trained, checkpoint, notes = resolve_checkpoint(name, local_fingerprint())
+            assert checkpoint == name
+            assert all(torch.equal(a, b) for a, b in zip(trained.model.state_dict().values(),
+                                                          direct.model.state_dict().values()))
+            assert bool(notes) == (entry.device_id != local_fingerprint().device_id)
+    zoo = tmp_path / "zoo"
+    shutil.copytree(ZOO, zoo)
+    weights = zoo / entry.path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    monkeypatch.setenv("METATUNE_ZOO", str(zoo))
+    with pytest.raises(ChecksumError):
+        resolve_checkpoint(entry.id, local_fingerprint())
+
+
 def test_meta_schedule_loggers_survive_unnamed_handlers(tmp_path):
     """TVM rebuilds its logger config from handler names; an unnamed handler (pytest's log capture
     attaches one to every non-propagating logger) made the second tuning run in a process crash."""

@@ -88,6 +88,62 @@ def test_bad_workloads_name_the_problem(text, fragment):
         Workload.parse(text)
 
 
+# Shapes off the examples' beaten path: odd sizes, strides above 1, padding, Winograd's partial tiles.
+BUFFER_SHAPES = [
+    "conv1d:n=2,c=5,l=37,k=3,r=4,stride=3,pad=2",
+    "conv1d_transpose:n=1,c=3,l=9,k=4,r=5,stride=3,pad=2",
+    "conv2d:n=2,c=3,h=9,w=7,k=4,r=3,s=5,stride=2,pad=2",
+    "conv2d_bias_add_relu:n=1,c=3,h=9,w=9,k=2,r=3,s=3,stride=1,pad=1",
+    "conv2d_transpose:n=1,c=2,h=5,w=6,k=3,r=4,s=3,stride=3,pad=1",
+    "conv2d_winograd:n=2,c=3,h=7,w=10,k=5,r=3,s=3,stride=1,pad=1",
+    "conv2d_winograd:n=1,c=70,h=3,w=3,k=2,r=3,s=3,stride=1,pad=0",
+    "depthwise_conv2d:n=1,c=3,h=11,w=8,r=5,s=3,stride=2,pad=2",
+    "batch_matmul:b=3,m=5,n=7,k=11",
+]
+
+
+def _tir_buffer_sizes(workload: Workload) -> list[int]:
+    """Element counts of every buffer of the operator's TIR: parameters and allocations."""
+    import re
+
+    script = workload.prim_func().script()
+    shapes = re.findall(r"(?:T\.Buffer|T\.sblock_alloc_buffer)\(\(([\d, ]+)\)", script)
+    assert shapes
+    return [int(np.prod([int(x) for x in s.split(",") if x.strip()])) for s in shapes]
+
+
+@pytest.mark.parametrize("text", [*(f.example for f in FAMILIES.values()), *BUFFER_SHAPES])
+def test_declared_buffers_include_the_largest_one_tvm_allocates(text):
+    """The size check at parse time sees the buffer that TVM's int32 indices must address."""
+    w = Workload.parse(text)
+    declared = [int(np.prod(s)) for s in w.spec.buffers(w.params).values()]
+    tir = _tir_buffer_sizes(w)
+    assert max(declared) == max(tir)
+    assert set(declared) <= set(tir)
+
+
+@pytest.mark.parametrize(
+    "text, buffer",
+    [
+        ("dense:m=16,n=16,k=1000000000", "data buffer (16x1000000000) has 16000000000 elements"),
+        ("batch_matmul:b=65536,m=256,n=256,k=1", "output buffer (65536x256x256)"),
+        ("conv2d_winograd:n=1,c=1024,h=1024,w=1024,k=1,r=3,s=3,stride=1,pad=1", "data tiles buffer"),
+        ("conv2d_transpose:n=1,c=64,h=2048,w=2048,k=1,r=2,s=2,stride=16,pad=0", "dilated data buffer"),
+    ],
+)
+def test_buffers_beyond_int32_indexing_are_rejected_when_parsed(text, buffer):
+    with pytest.raises(WorkloadError, match=r"int32") as err:
+        Workload.parse(text)
+    assert buffer in str(err.value)
+
+
+def test_the_largest_addressable_buffer_is_accepted():
+    w = Workload.parse(f"dense:m=1,n=1,k={2**31 - 1}")
+    assert max(int(np.prod(s)) for s in w.spec.buffers(w.params).values()) == 2**31 - 1
+    with pytest.raises(WorkloadError, match="2147483648 elements"):
+        Workload.parse(f"dense:m=1,n=1,k={2**31}")
+
+
 def test_references_agree_with_each_other():
     """conv1d is conv2d with h=1; transposed conv is the adjoint of conv:
     <conv(x), y> == <x, conv_transpose(y)> with the same weight."""

@@ -1,0 +1,218 @@
+"""Bad input through the real CLI, each in its own process: one line on stderr, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from metatune.fileio import REPO_ROOT
+
+ZOO = REPO_ROOT / "zoo"
+
+
+def shipped_entry() -> dict[str, str]:
+    """The newest entry of the shipped zoo's index (empty without a zoo)."""
+    index = ZOO / "index.json"
+    return json.loads(index.read_text())[-1] if index.exists() else {}
+
+
+SHIPPED_ID = f"{shipped_entry()['device_id']}/{shipped_entry()['version']}" if shipped_entry() else ""
+
+SPEC = """name: tiny
+seed: 1
+samples_per_workload: 4
+max_gflop: 0.01
+families:
+  dense:
+    workloads: 1
+    params: {m: 16, n: 16, k: [16, 32]}
+"""
+
+# A case builds its input in tmp_path and returns the command line and extra environment variables.
+Build = Callable[[Path], tuple[list[str], dict[str, str]]]
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in `cwd` (a temporary directory: a default output folder would land there)."""
+    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env={**os.environ, **env})
+
+
+def build_spec(content: str | bytes) -> Build:
+    def build(tmp: Path) -> tuple[list[str], dict[str, str]]:
+        path = tmp / "spec.yaml"
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return ["dataset", "build", "--spec", str(path), "--out", str(tmp / "ds")], {}
+
+    return build
+
+
+def tune(checkpoint: str, *extra: str) -> list[str]:
+    return ["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "2", "--checkpoint", checkpoint, *extra]
+
+
+def shipped_weights() -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    with safe_open(str(ZOO / shipped_entry()["path"] / "model.safetensors"), "np") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+def build_checkpoint(edit: Callable[[dict[str, np.ndarray], dict[str, str]], None]) -> Build:
+    """The shipped zoo weights, edited, as a checkpoint file."""
+
+    def build(tmp: Path) -> tuple[list[str], dict[str, str]]:
+        tensors, metadata = shipped_weights()
+        edit(tensors, metadata)
+        path = tmp / "model.safetensors"
+        save_file(tensors, str(path), metadata=metadata)
+        return tune(str(path), "--db", str(tmp / "db")), {}
+
+    return build
+
+
+def file_checkpoint(tmp: Path, name: str, data: bytes) -> tuple[list[str], dict[str, str]]:
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return tune(str(tmp / name.split("/")[0]), "--db", str(tmp / "db")), {}
+
+
+def tampered_zoo(tmp: Path) -> Path:
+    """A copy of the shipped zoo whose weights lost a byte's worth of bits."""
+    zoo = tmp / "zoo"
+    shutil.copytree(ZOO, zoo)
+    weights = zoo / shipped_entry()["path"] / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    return zoo
+
+
+def wrong_shape(tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    tensors["model.head.layers.0.weight"] = tensors["model.head.layers.0.weight"][:, :-1].copy()
+
+
+def bad_model_config(tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    metadata["model_config"] = json.dumps({**json.loads(metadata["model_config"]), "hidden": "wide"})
+
+
+def huge_model_config(tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Sizes whose model would need terabytes: the check must compare shapes without building it."""
+    metadata["model_config"] = json.dumps({**json.loads(metadata["model_config"]), "hidden": 10**9})
+
+
+def unknown_model_config_key(tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    metadata["model_config"] = json.dumps({**json.loads(metadata["model_config"]), "depth": 3})
+
+
+def held_out_collision(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    text = SPEC.replace("k: [16, 32]", "k: 16") + 'held_out:\n  workloads: ["dense:m=16,n=16,k=16"]\n'
+    return build_spec(text)(tmp)
+
+
+def corrupt_card(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    (tmp / "ds").mkdir()
+    (tmp / "ds" / "card.json").write_text('{"dataset_id": ')
+    return ["dataset", "info", str(tmp / "ds")], {}
+
+
+def db_is_a_file(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    (tmp / "db").write_text("")
+    return ["tune", "--workload", "dense:m=16,n=16,k=16", "--db", str(tmp / "db")], {}
+
+
+CASES: list[tuple[str, Build, str]] = [
+    # workloads
+    ("unknown family", lambda tmp: (["measure", "nosuchop:m=1", "--random", "2"], {}), "unknown family"),
+    ("workload missing a parameter", lambda tmp: (["measure", "dense:m=1,n=2"], {}), "missing parameter"),
+    ("buffer beyond int32 indexing", lambda tmp: (["measure", "dense:m=16,n=16,k=1000000000"], {}),
+     "data buffer (16x1000000000) has 16000000000 elements"),
+    ("tuning a buffer beyond int32 indexing",
+     lambda tmp: (["tune", "--workload", "batch_matmul:b=65536,m=256,n=256,k=1", "--db", str(tmp / "db")], {}),
+     "output buffer (65536x256x256)"),
+    # dataset specs
+    ("spec file missing", lambda tmp: (["dataset", "build", "--spec", str(tmp / "no.yaml"), "--out", str(tmp)], {}),
+     "spec file not found"),
+    ("spec is a directory", lambda tmp: (["dataset", "build", "--spec", str(tmp), "--out", str(tmp / "ds")], {}),
+     "Is a directory"),
+    ("spec not UTF-8", build_spec(b"name: \xff\xfe\n"), "not UTF-8"),
+    ("spec malformed YAML", build_spec("name: x\n  bad: [\n"), "not valid YAML: line 2"),
+    ("spec duplicate key", build_spec(SPEC.replace("m: 16,", "m: 16, m: 32,")), "key 'm' is given twice"),
+    ("spec duplicate top-level key", build_spec(SPEC + "seed: 2\n"), "key 'seed' is given twice"),
+    ("spec unknown key", build_spec(SPEC + "colour: red\n"), "colour: Extra inputs are not permitted"),
+    ("spec no families", build_spec(SPEC.split("families:")[0] + "families: {}\n"), "families: Dictionary should"),
+    ("spec negative seed", build_spec(SPEC.replace("seed: 1", "seed: -1")), "seed: Input should be greater"),
+    ("spec boolean size", build_spec(SPEC.replace("m: 16", "m: true")), "params.m: Input should be a valid integer"),
+    ("spec quoted size", build_spec(SPEC.replace("m: 16", 'm: "16"')), "got '16'"),
+    ("spec range of three", build_spec(SPEC.replace("[16, 32]", "[16, 32, 64]")), "params.k: List should have"),
+    ("spec held-out collision", held_out_collision, "500 were held-out workloads"),
+    # checkpoints
+    ("checkpoint missing", lambda tmp: (tune(str(tmp / "nope.safetensors")), {}), "neither a file or directory"),
+    ("checkpoint random bytes", lambda tmp: file_checkpoint(tmp, "random.bin", os.urandom(4096)),
+     "is not a safetensors checkpoint"),
+    ("checkpoint directory of garbage", lambda tmp: file_checkpoint(tmp, "run/model.safetensors", os.urandom(512)),
+     "is not a safetensors checkpoint"),
+    ("checkpoint is a pickle", lambda tmp: file_checkpoint(tmp, "model.pt", pickle.dumps({"w": np.zeros(3)})),
+     "is not a safetensors checkpoint"),
+    ("checkpoint wrong tensor shape", build_checkpoint(wrong_shape),
+     "tensor model.head.layers.0.weight has shape [64, 127], its model_config implies [64, 128]"),
+    ("checkpoint bad model_config", build_checkpoint(bad_model_config),
+     "model_config.hidden = 'wide' is not a valid int"),
+    ("checkpoint huge model_config", build_checkpoint(huge_model_config), "its model_config implies"),
+    ("checkpoint unknown model_config key", build_checkpoint(unknown_model_config_key),
+     "metadata 'model_config' is not a model config"),
+    ("checkpoint without metadata", build_checkpoint(lambda tensors, metadata: metadata.clear()),
+     "not a metatune checkpoint"),
+    ("checkpoint unknown zoo id", lambda tmp: (tune("x86_64-nosuchcpu-2c/v1"), {}),
+     "no checkpoint 'x86_64-nosuchcpu-2c/v1'"),
+    ("zoo checkpoint tampered", lambda tmp: (tune(SHIPPED_ID), {"METATUNE_ZOO": str(tampered_zoo(tmp))}),
+     "the weights were modified or corrupted"),
+    ("zoo verify tampered", lambda tmp: (["zoo", "verify", "--zoo", str(tampered_zoo(tmp))], {}), "1 problem(s)"),
+    # tuning options
+    ("db is a file", db_is_a_file, "is a file; the database is a directory"),
+    ("trials beyond 10**7",
+     lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "99999999999999999999999"], {}),
+     "--trials 99999999999999999999999 is more than 10000000"),
+    # datasets
+    ("dataset info without a card", lambda tmp: (["dataset", "info", str(tmp)], {}), "is not a dataset"),
+    ("dataset card not JSON", corrupt_card, "not a readable dataset card"),
+]
+
+
+@pytest.mark.skipif(not SHIPPED_ID, reason="no shipped zoo checkpoint")
+@pytest.mark.parametrize("build, fragment", [pytest.param(b, f, id=name) for name, b, f in CASES])
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, build: Build, fragment: str) -> None:
+    args, env = build(tmp_path)
+    out = run(args, env, tmp_path)
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
+
+
+@pytest.mark.skipif(not SHIPPED_ID, reason="no shipped zoo checkpoint")
+def test_nearest_device_warning_is_one_line_without_code_location(tmp_path: Path) -> None:
+    """A zoo whose only checkpoint claims another device of this machine's family: resolving warns
+    (printed by -v), then loading stops at the card that disagrees with the index."""
+    device = json.loads(run(["device", "--json"], {}, tmp_path).stdout)
+    zoo = tmp_path / "zoo"
+    shutil.copytree(ZOO, zoo)
+    index = json.loads((zoo / "index.json").read_text())
+    index[-1].update(device_id=f"{device['arch']}-elsewhere-1c", isa_family=device["arch"])
+    (zoo / "index.json").write_text(json.dumps(index))
+    out = run(tune("auto", "--db", str(tmp_path / "db"), "-v"), {"METATUNE_ZOO": str(zoo)}, tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith(f"warning: no zoo checkpoint for device {device['device_id']}; using "), out.stderr
+    assert "make train-zoo" in lines[0] and lines[-1].startswith("error: "), out.stderr
+    assert ".py" not in out.stderr and "warnings.warn" not in out.stderr  # Python's default format shows both
