@@ -3,7 +3,7 @@
 Layout of the output directory (everything is re-derivable from `runs/`):
   runs/<workload>/<strategy>-r<repeat>/      the MetaSchedule JSON database of one tuning run
   runs/<workload>/<strategy>-r<repeat>.json  its `TuneResult` (+ bench fields)
-  references.json                            PyTorch eager per workload, fp32 peak
+  references.json                            PyTorch eager per workload, fp32 peak, every pass of each
   results.csv, table.md, curves.png          written by `report` after every run
 
 Order: repeat → workload → strategies, the strategy order rotated per workload, so that drift
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune import MetatuneError
-from metatune.bench.references import fp32_peak_gflops, torch_reference
+from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
 from metatune.env.device import local_fingerprint, usable_cores
@@ -118,9 +118,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     threads = _tvm_threads()
     references = _load_references(config.out)
     if config.references and "fp32_peak_gflops" not in references:
-        echo(f"measuring the fp32 peak ({threads} threads, matmul)")
-        references["fp32_peak_gflops"] = fp32_peak_gflops(threads)
-        references["threads"] = threads
+        _measure_peak(threads, references, echo)
         write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
@@ -150,15 +148,41 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
-            ref = torch_reference(bench_workload.workload, threads)
-            if ref.disturbed:
-                echo(f"warning: PyTorch reference of {bench_workload.name}: two timing passes differ by "
-                     f"{ref.spread:.0%}; the machine was busy, re-measure it on an idle machine")
-            references.setdefault("torch", {})[bench_workload.name] = {"workload": str(bench_workload.workload),
-                                                                      **ref.__dict__}
+            _measure_reference(bench_workload, threads, references, echo)
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
+
+
+def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = print) -> str:
+    """Measure every reference of the suite again (the fp32 peak, then PyTorch eager per workload),
+    replacing those in references.json and leaving the tuning runs alone; returns the markdown
+    table of what changed."""
+    suite = load_suite(config.suite)
+    threads = _tvm_threads()
+    old = _load_references(config.out)
+    references: dict[str, Any] = {"torch": {}}
+    _measure_peak(threads, references, echo)
+    for bench_workload in suite:
+        echo(f"measuring PyTorch eager on {bench_workload.name}")
+        _measure_reference(bench_workload, threads, references, echo)
+    write_json(config.out / REFERENCES_FILE, references)
+    return changes(old, references)
+
+
+def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None]) -> None:
+    echo(f"measuring the fp32 peak ({threads} threads, matmul)")
+    references.update(fp32_peak(threads), threads=threads)
+    if line := warning("the fp32 peak", references["fp32_peak"]):
+        echo(line)
+
+
+def _measure_reference(bench_workload: BenchWorkload, threads: int, references: dict[str, Any],
+                       echo: Callable[[str], None]) -> None:
+    entry = torch_reference(bench_workload.workload, threads)
+    if line := warning(f"PyTorch eager on {bench_workload.name}", entry):
+        echo(line)
+    references.setdefault("torch", {})[bench_workload.name] = entry
 
 
 def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,8 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
 
 
 def model_table(out: Path) -> str:
-    """Model latency per strategy (median of repeats) against PyTorch eager, from the run JSONs."""
+    """Model latency per strategy (median of repeats) against PyTorch eager, from the run JSONs;
+    no ratio (`unstable`) when any repeat's timing passes disagreed."""
     runs = [json.loads(p.read_text()) for p in sorted((out / "model").glob("*/*.json"))]
     if not runs:
         return ""
@@ -57,10 +58,17 @@ def model_table(out: Path) -> str:
         torch_ms = statistics.median(r["torch_latency_ms"] for r in group)
         lines.append(
             f"| {model} | {strategy} | {statistics.median(r['trials'] for r in group):.0f} | {len(group)} | "
-            f"{tvm_ms:.2f} | {torch_ms:.2f} | {torch_ms / tvm_ms:.2f}× | {len(group[0]['tasks'])} "
+            f"{tvm_ms:.2f} | {torch_ms:.2f} | {_ratio(torch_ms, tvm_ms, group)} | {len(group[0]['tasks'])} "
             f"({max(len(r['untuned']) for r in group)}) | {statistics.median(r['tune_s'] for r in group):.0f} | "
             f"{all(r['verified'] for r in group)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(torch_ms: float, tvm_ms: float, group: list[dict[str, Any]]) -> str:
+    """PyTorch / TVM, or `unstable` (runs measured before passes were kept count as stable)."""
+    if any(r.get("comparison", {}).get("unstable") for r in group):
+        return "unstable"
+    return f"{torch_ms / tvm_ms:.2f}×"
 
 
 def _groups(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict[str, Any]]]:

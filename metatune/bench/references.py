@@ -4,101 +4,72 @@
   as TVM uses; its output is checked against the workload's NumPy reference, so the latency
   belongs to the same computation.
 * The machine's measured fp32 peak: a large matmul in PyTorch.
-Timing uses `torch.utils.benchmark.Timer.blocked_autorange` (median of blocks), in two passes:
-noise on a shared machine only slows a kernel down, so the faster pass is kept, and the spread
-between the passes is recorded so that a reference measured on a busy machine is visible.
+Both are timed by `metatune.measure.reference_timing` (a fresh process, several passes, their
+median and spread); an entry whose passes disagree is marked `unstable`, and the tables give no
+ratio against it. Each entry of references.json keeps every pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any
 
-import numpy as np
-
+from metatune.measure.reference_timing import PASS_S, ReferenceSpec, compare
 from metatune.workload.operators import Workload
 
-if TYPE_CHECKING:
-    import torch
-    from torch.utils.benchmark import Timer
-
 PEAK_MATMUL_SIZE = 4096
-TIMING_PASSES = 2
-SPREAD_WARNING = 0.10
+PEAK_PASS_S = 2.0  # a 4096³ matmul takes about half a second on two cores
 
 
-@dataclass(frozen=True)
-class TorchReference:
-    latency_us: float
-    gflops: float
-    max_rel_error: float
-    spread: float
-
-    @property
-    def disturbed(self) -> bool:
-        """True when the two timing passes disagree: the machine was probably busy."""
-        return self.spread > SPREAD_WARNING
-
-
-def _timed_passes(timer: "Timer", min_run_time_s: float) -> tuple[float, float]:
-    """Seconds of the faster pass and the relative spread (slower / faster - 1) between passes."""
-    medians = [timer.blocked_autorange(min_run_time=min_run_time_s).median for _ in range(TIMING_PASSES)]
-    return min(medians), max(medians) / min(medians) - 1
+def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S) -> dict[str, Any]:
+    """PyTorch eager on the workload, checked against NumPy: its references.json entry."""
+    timing = compare(ReferenceSpec.operator(workload, threads, pass_s), None)
+    assert timing.flops is not None
+    median_s = timing.reference.median_ms / 1e3
+    return {"workload": str(workload), "latency_us": round(median_s * 1e6, 3),
+            "gflops": round(timing.flops / median_s / 1e9, 3), "max_rel_error": timing.max_rel_error,
+            "spread": round(timing.reference.spread, 4), "unstable": timing.unstable, "reasons": list(timing.reasons),
+            "passes_us": [round(ms * 1e3, 3) for ms in timing.reference.passes_ms],
+            "load_average": [round(load, 2) for load in timing.load_average]}
 
 
-def torch_operator(workload: Workload) -> Callable[..., "torch.Tensor"]:
-    """The PyTorch call computing the same function as the workload's TOPI compute."""
-    import torch
-    import torch.nn.functional as F
-
-    p = workload.params
-    family = workload.family
-    if family == "conv1d":
-        return lambda x, w: F.conv1d(x, w, stride=p["stride"], padding=p["pad"])
-    if family == "conv1d_transpose":
-        return lambda x, w: F.conv_transpose1d(x, w, stride=p["stride"], padding=p["pad"])
-    if family in ("conv2d", "conv2d_winograd"):
-        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"])
-    if family == "conv2d_transpose":
-        return lambda x, w: F.conv_transpose2d(x, w, stride=p["stride"], padding=p["pad"])
-    if family == "depthwise_conv2d":
-        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"], groups=p["c"])
-    if family == "dense":
-        return lambda x, w: F.linear(x, w)
-    if family == "dense_bias_relu":
-        return lambda x, w, b: torch.relu(F.linear(x, w, b))
-    if family == "batch_matmul":
-        return lambda a, b: torch.bmm(a, b.transpose(1, 2))
-    raise ValueError(f"no PyTorch reference for family {family!r}")
+def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE) -> dict[str, Any]:
+    """Measured fp32 throughput of a size³ matmul (what this machine sustains in practice):
+    `fp32_peak_gflops` (the median pass) and `fp32_peak` (every pass, spread, stability)."""
+    timing = compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S), None)
+    flops = 2.0 * size**3
+    passes = [round(flops / ms / 1e6, 1) for ms in timing.reference.passes_ms]
+    return {"fp32_peak_gflops": round(flops / timing.reference.median_ms / 1e6, 1),
+            "fp32_peak": {"size": size, "passes_gflops": passes, "spread": round(timing.reference.spread, 4),
+                          "unstable": timing.unstable, "reasons": list(timing.reasons),
+                          "load_average": [round(load, 2) for load in timing.load_average]}}
 
 
-def torch_reference(workload: Workload, threads: int, min_run_time_s: float = 1.0) -> TorchReference:
-    """Median latency of PyTorch eager on the workload, after checking its output against NumPy."""
-    import torch
-    from torch.utils.benchmark import Timer
-
-    inputs = workload.random_inputs(seed=0)
-    tensors = [torch.from_numpy(x) for x in inputs]
-    op = torch_operator(workload)
-    with torch.no_grad():
-        out = op(*tensors).numpy()
-    expected = workload.reference(inputs)
-    max_rel_error = float(np.max(np.abs(out - expected)) / max(np.max(np.abs(expected)), 1e-12))
-    if max_rel_error > 1e-4:
-        raise AssertionError(f"PyTorch reference of {workload} differs from NumPy (max rel. error {max_rel_error:.2e})")
-    timer = Timer(stmt="with torch.no_grad(): op(*tensors)", globals={"op": op, "tensors": tensors, "torch": torch},
-                  num_threads=threads)
-    seconds, spread = _timed_passes(timer, min_run_time_s)
-    return TorchReference(round(seconds * 1e6, 3), round(workload.flops / seconds / 1e9, 3), max_rel_error,
-                          round(spread, 4))
+def peak_unstable(references: dict[str, Any]) -> bool:
+    """Whether the fp32 peak's passes disagreed (references measured before passes were kept: no)."""
+    return bool(references.get("fp32_peak", {}).get("unstable"))
 
 
-def fp32_peak_gflops(threads: int, size: int = PEAK_MATMUL_SIZE, min_run_time_s: float = 2.0) -> float:
-    """Measured fp32 throughput of a size³ matmul: what this machine sustains in practice."""
-    import torch
-    from torch.utils.benchmark import Timer
+def warning(label: str, entry: dict[str, Any]) -> str | None:
+    """The line to show when a reference's passes disagreed, else None."""
+    if not entry.get("unstable"):
+        return None
+    return (f"warning: {label} is unstable ({'; '.join(entry['reasons'])}): the machine was busy; the tables "
+            "give no ratio against it, re-measure it on an idle machine")
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    timer = Timer(stmt="torch.mm(a, b)", globals={"a": a, "b": b, "torch": torch}, num_threads=threads)
-    seconds, _ = _timed_passes(timer, min_run_time_s)
-    return round(2 * size**3 / seconds / 1e9, 1)
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Markdown: each reference before and after re-measuring, and by how much it moved."""
+    lines = ["| reference | before | after | change | after: spread | after: unstable |", "|" + "---|" * 6]
+
+    def row(name: str, before: float | None, after: float, spread: float, unstable: bool) -> None:
+        change = "—" if not before else f"{after / before - 1:+.1%}"
+        lines.append(f"| {name} | {'—' if before is None else f'{before:.1f}'} | {after:.1f} | {change} | "
+                     f"{spread:.1%} | {unstable} |")
+
+    if "fp32_peak_gflops" in new:
+        peak = new["fp32_peak"]
+        row("fp32 peak GFLOPS", old.get("fp32_peak_gflops"), new["fp32_peak_gflops"], peak["spread"], peak["unstable"])
+    for name, entry in new.get("torch", {}).items():
+        before = old.get("torch", {}).get(name, {}).get("gflops")
+        row(f"{name} PyTorch GFLOPS", before, entry["gflops"], entry["spread"], entry["unstable"])
+    return "\n".join(lines) + "\n"

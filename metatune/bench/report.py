@@ -1,7 +1,8 @@
 """Tables and curves from a bench directory's run results (re-derivable at any time).
 
 Numbers over repeats are medians. "vs xgb" ratios are best-latency speed-ups over TVM's default
-tuner at the same budget, combined over workloads by geometric mean.
+tuner at the same budget, combined over workloads by geometric mean. A reference whose timing
+passes disagreed (references.py) is shown, but no ratio is taken against it: `unstable`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from metatune.bench.harness import REFERENCES_FILE
+from metatune.bench.references import peak_unstable
+from metatune.measure.reference_timing import SPREAD_LIMIT
 from metatune.workload.operators import Workload
 
 BASELINE = "xgb"
@@ -113,18 +116,28 @@ def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
 
 
+def _percent_of(value: float | None, reference: float | None, unstable: bool) -> str:
+    """`value` as a share of a reference, or `unstable` when the reference's passes disagreed."""
+    if value and reference and unstable:
+        return "unstable"
+    return _fmt(100 * value / reference if value and reference else None, 0, "%")
+
+
 def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) -> str:
     names, strategies = workload_order(runs), strategy_order(runs)
     torch_refs = references.get("torch", {})
     peak = references.get("fp32_peak_gflops")
+    how = (f", each the median of its passes in a fresh process (`unstable`: its passes disagreed by more than "
+           f"{SPREAD_LIMIT:.0%})" if "fp32_peak" in references else "")  # older references: two in-process passes
     lines = [f"Best GFLOPS after each budget of trials (median of repeats); PyTorch eager and the fp32 peak "
-             f"({_fmt(peak)} GFLOPS) measured in the same run.", ""]
+             f"({_fmt(peak)} GFLOPS) measured in the same run{how}.", ""]
     xgb_max = {n: best(runs, n, BASELINE, budgets[-1]) for n in names}
     header = ["workload", "strategy", *[str(b) for b in budgets], f"trials to 95% of xgb@{budgets[-1]}",
               "PyTorch GFLOPS", "% of PyTorch", "% of peak"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for n in names:
         torch_gflops = torch_refs.get(n, {}).get("gflops")
+        torch_unstable = bool(torch_refs.get(n, {}).get("unstable"))
         for s in strategies:
             values = [best(runs, n, s, b) for b in budgets]
             reached = None
@@ -133,8 +146,8 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
             final = next((v for v in reversed(values) if v is not None), None)
             lines.append("| " + " | ".join([
                 n, s, *[_fmt(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),
-                _fmt(100 * final / torch_gflops if final and torch_gflops else None, 0, "%"),
-                _fmt(100 * final / peak if final and peak else None, 0, "%"),
+                _percent_of(final, torch_gflops, torch_unstable),
+                _percent_of(final, peak, peak_unstable(references)),
             ]) + " |")
     lines += ["", summary(runs, budgets, names, strategies)]
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, parse_ints, parse_list
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
 
@@ -30,14 +30,32 @@ def bench(
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
+    references_only: bool = typer.Option(False, help="Only re-measure the PyTorch and fp32-peak references of the "
+                                                     "suite into --out, print old vs new, and rebuild the table."),
 ) -> None:
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
-    if model is not None:
-        run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner, trials_per_iter,
-                                report_only, target)
-        return
-    run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter, references,
-                      report_only, target)
+    with stop_cleanly():
+        if model is not None:
+            run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner,
+                                    trials_per_iter, report_only, target)
+        elif references_only:
+            run_references_command(suite, budgets, strategies, out, target)
+        else:
+            run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter,
+                              references, report_only, target)
+
+
+def run_references_command(suite: str, budgets: str, strategies: str, out: Path, target: str | None = None) -> None:
+    """`--references-only`: the suite's references measured again with the fresh-process routine, the change
+    tabulated, and the bench table (if any runs exist) rebuilt against them."""
+    from metatune.bench.harness import BenchConfig, remeasure_references
+    from metatune.bench.report import write_report
+
+    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+                         strategies=parse_list(strategies, "--strategies"), out=out, target=target)
+    typer.echo(remeasure_references(config, echo=lambda m: typer.echo(m, err=True)))
+    if (out / "runs").exists():
+        typer.echo(write_report(out, config.budgets))
 
 
 def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,

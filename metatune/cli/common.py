@@ -1,8 +1,9 @@
-"""What the CLI's commands share: option help texts, JSON output, list parsing, one-line errors."""
+"""What the CLI's commands share: option help texts, JSON output, list parsing, one-line errors, Ctrl-C."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 import typer
 
 from metatune import MetatuneError
+from metatune.env.interrupt import Interrupted, stop_on_signals
 
 RUNNER_HELP = (
     "Where to time candidates: 'local', or 'rpc://HOST:PORT/KEY' for the servers registered under KEY at a "
@@ -42,6 +44,24 @@ def one_line_errors() -> Iterator[None]:
     except MetatuneError as err:
         typer.echo("error: " + " ".join(line.strip() for line in str(err).splitlines() if line.strip()), err=True)
         sys.exit(2)
+
+
+INTERRUPTED_EXIT = 130  # the shell's status for a command ended by Ctrl-C (128 + SIGINT)
+
+
+@contextmanager
+def stop_cleanly(resumes: bool = True) -> Iterator[None]:
+    """Ctrl-C or SIGTERM stops the command at a batch boundary (metatune/env/interrupt.py) with its
+    files consistent and its worker processes ended; then say how to go on and exit with status 130.
+    `resumes`: whether running the same command again continues the work (else it starts over)."""
+    try:
+        with stop_on_signals():
+            yield
+    except Interrupted as stop:
+        command = shlex.join(["metatune", *sys.argv[1:]])
+        then = "resume" if resumes else "start over (nothing was saved)"
+        typer.echo(f"interrupted ({stop}); to {then}, run the same command again: {command}", err=True)
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def parse_list(text: str, what: str) -> list[str]:

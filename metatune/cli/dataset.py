@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, echo_json
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, echo_json, stop_cleanly
 
 app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
 
@@ -26,11 +26,13 @@ def dataset_build(
     """Sample workloads from a spec and measure random configurations into a TVM JSON database.
 
     Resumable: a re-run continues where it stopped and never re-measures a recorded
-    configuration; killing it at any moment loses at most the batch in flight.
+    configuration; killing it at any moment loses at most the batch in flight, and Ctrl-C
+    stops it cleanly. One build at a time writes a directory.
     """
     from metatune.dataset.builder import build_dataset, summarize
 
-    typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target)))
+    with stop_cleanly():
+        typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target)))
 
 
 @app.command("info")

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, write_json
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, stop_cleanly, write_json
 
 app = typer.Typer()
 
@@ -26,7 +26,8 @@ def measure(
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
 ) -> None:
     """Measure random schedules of one workload and report throughput and failures."""
-    run_measure(workload, random, seed, batch, verify, json_out, runner, target)
+    with stop_cleanly(resumes=False):
+        run_measure(workload, random, seed, batch, verify, json_out, runner, target)
 
 
 def run_measure(
@@ -47,10 +48,9 @@ def run_measure(
     target = fingerprint.tvm_target()
     spaces = DesignSpaces(workload, target)
     candidates = spaces.random_candidates(count, seed=seed)
-    measurer = Measurer(target, settings, runner=runner_obj)
     results: list[MeasureResult] = []
     start = time.perf_counter()
-    with progress_bar() as bar:
+    with Measurer(target, settings, runner=runner_obj) as measurer, progress_bar() as bar:
         task = bar.add_task(f"measure {workload.family}", total=len(candidates), status="")
         for i in range(0, len(candidates), batch):
             chunk = candidates[i : i + batch]

@@ -10,7 +10,7 @@ from typing import ContextManager, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, write_json
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, stop_cleanly, write_json
 
 app = typer.Typer()
 
@@ -40,8 +40,9 @@ def tune(
                                  "DB/logs."),
 ) -> None:
     """Tune one operator (checked against NumPy) or a whole model (checked and timed against PyTorch eager)."""
-    run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
-             target=target, verbose=verbose)
+    with stop_cleanly():
+        run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
+                 target=target, verbose=verbose)
 
 
 def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
@@ -90,10 +91,11 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
 
     workload = resolve_workload(workload_text)
     from metatune.progress import progress_bar
-    from metatune.tune.tuner import tune_workload
+    from metatune.tune.tuner import hold_database, tune_workload
 
     db_dir = db or default_db_dir(strategy, str(workload), target)
-    with quiet_console(db_dir, verbose), progress_bar() as bar:
+    # locked before anything is printed: a second run on the database prints only its error
+    with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
         task = bar.add_task(f"tune {workload.family} [{strategy}]", total=trials, status="")
 
         def report(done: int, total: int, best_gflops: float) -> None:
@@ -120,10 +122,12 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
     """`--model NAME`: every task of the network shares the `--trials` budget."""
     from metatune.progress import progress_bar
     from metatune.tune.model_tuner import check_request, tune_model
+    from metatune.tune.tuner import hold_database
 
     check_request(model, strategy)
     db_dir = db or default_db_dir(strategy, f"model-{model}", target)
-    with quiet_console(db_dir, verbose), progress_bar() as bar:
+    # locked before anything is printed: a second run on the database prints only its error
+    with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
         task = bar.add_task(f"tune {model} [{strategy}]", total=trials, status="")
 
         def report(done: int, total: int, status: str) -> None:
@@ -141,7 +145,7 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
         typer.echo(f"{t.name:<{width}}  {t.weight:>6}  {t.tuner:<12}  {t.trials:>6}  {t.best_latency_us}")
     typer.echo(
         f"{result.model} [{result.strategy}]: {result.trials} trials over {len(result.tasks)} tasks; "
-        f"TVM {result.model_latency_ms} ms vs PyTorch eager {result.torch_latency_ms} ms ({result.threads} threads; "
+        f"{result.comparison.summary()} ({result.threads} threads; "
         f"verified against PyTorch: max relative error {result.max_rel_error:.1e}); wall {result.wall_s} s, "
         f"tuning {result.tune_s} s, compile {result.compile_s} s; database {db_dir}"
     )

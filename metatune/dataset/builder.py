@@ -3,6 +3,8 @@
 Resumable by construction: every measured or failed configuration is appended to its
 workload's store before it is counted, a re-run reads the stores back, never measures a
 recorded configuration again, and continues with the workloads that are not complete.
+One build at a time writes a dataset directory (it is locked); Ctrl-C drops the batch in
+flight, writes the card and stops (env/interrupt.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from metatune import MetatuneError, __version__
 from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.spec import DatasetSpec, load_spec
 from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
+from metatune.env.interrupt import Interrupted
+from metatune.fileio import hold_directory
 from metatune.measure.measurer import Measurer, MeasureSettings
 from metatune.measure.runners import make_runner
 from metatune.progress import progress_bar
@@ -97,13 +101,17 @@ class DatasetBuilder:
         prior_wall = (read_card(self.store.dir) or {}).get("wall_s", 0.0)
         with progress_bar() as bar:
             task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
-            for store in stores:
-                if store.sealed:
-                    continue
-                bar.update(task, status=str(store.workload)[:60])
-                self._measure_workload(store, lambda n: bar.update(task, advance=n))
-                bar.update(task, completed=sum(min(s.num_records, target) for s in stores))
-                self._write_card(prior_wall + time.perf_counter() - start)
+            try:
+                for store in stores:
+                    if store.sealed:
+                        continue
+                    bar.update(task, status=str(store.workload)[:60])
+                    self._measure_workload(store, lambda n: bar.update(task, advance=n))
+                    bar.update(task, completed=sum(min(s.num_records, target) for s in stores))
+                    self._write_card(prior_wall + time.perf_counter() - start)
+            except Interrupted:
+                self._write_card(prior_wall + time.perf_counter() - start)  # counts and time up to the stop
+                raise
         return self._write_card(prior_wall + time.perf_counter() - start)
 
     def _measure_workload(self, store: WorkloadStore, advance) -> None:
@@ -182,11 +190,13 @@ def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: in
                   verify: bool = True, target: str | None = None) -> dict:
     """Build (or resume) the dataset `spec_path` describes into `out`; returns its card.
 
-    Every spec error surfaces before anything is measured."""
+    Every spec error surfaces before anything is measured, or `out` created. `out` has one writer
+    at a time: two builds would measure the same configurations and seal shards with duplicates."""
     spec = load_spec(spec_path)
     spec.training_workloads()
     settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
     runner_obj, fingerprint = make_runner(runner, settings, target)
-    measurer = Measurer(fingerprint.tvm_target(), settings, runner=runner_obj)
-    return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
+    with (hold_directory(out, "a dataset build"),
+          Measurer(fingerprint.tvm_target(), settings, runner=runner_obj) as measurer):
+        return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from metatune import MetatuneError
-from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, write_atomic
+from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, cut_torn_line, write_atomic
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -78,11 +78,10 @@ def _read_lines(path: Path, repair: bool = True) -> list[str]:
             return [line for line in f.read().splitlines() if line.strip()]
     if not path.exists():
         return []
+    if repair:
+        cut_torn_line(path)
     raw = path.read_bytes()
     complete_len = raw.rfind(b"\n") + 1  # each append writes its newline in the same write()
-    if repair and complete_len < len(raw):
-        with open(path, "r+b") as f:  # a torn last line: the process died mid-append
-            f.truncate(complete_len)
     lines = [line for line in raw[:complete_len].decode().splitlines() if line.strip()]
     valid = []
     for i, line in enumerate(lines):

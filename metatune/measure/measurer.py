@@ -8,7 +8,9 @@ Settings were chosen by measurement on a 2-core AVX-512 VM (see docs/BENCHMARKS.
   fraction of the cost; the median of the repeats is the latency;
 * each built candidate can be run once on random inputs and compared with the workload's
   NumPy reference before it is timed, so a miscompiled schedule is a typed failure.
-A failed candidate never aborts a run: every candidate gets a `MeasureResult`.
+A failed candidate never aborts a run: every candidate gets a `MeasureResult`. Ctrl-C or SIGTERM
+(under `stop_on_signals`) drops the batch in flight: `measure` raises `Interrupted` instead of
+returning results the signal may have spoilt (env/interrupt.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence
 
 from metatune.env.device import usable_cores
+from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.tvm_setup import use_threads
 from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck
 from metatune.workload.operators import Workload
@@ -123,25 +126,42 @@ class Measurer:
         settings = settings or MeasureSettings()
         threads = use_threads(settings.num_threads or usable_cores())
         self.settings = dataclasses.replace(settings, num_threads=threads)
-        self.builder = LocalBuilder(
-            max_workers=self.settings.build_workers or usable_cores(),
-            timeout_sec=self.settings.build_timeout_s,
-            f_build=build_without_intrinsics,
-        )
-        self.runner = runner or LocalRunner(
-            timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config()
-        )
+        with uninterrupted():  # each pool waits for a worker it starts: a stop waits for them too, then ends them
+            self.builder = LocalBuilder(
+                max_workers=self.settings.build_workers or usable_cores(),
+                timeout_sec=self.settings.build_timeout_s,
+                f_build=build_without_intrinsics,
+            )
+            self.runner = runner or LocalRunner(
+                timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config()
+            )
         self.device_type = "cpu"
         self._check: ReferenceCheck | None = None
         self.timings = {"build_s": 0.0, "verify_s": 0.0, "run_s": 0.0}
 
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the runner's worker process now: TVM's LocalRunner keeps it until garbage collection."""
+        pool = getattr(self.runner, "pool", None)
+        if pool is not None:
+            pool.shutdown()
+
     def measure(self, workload: Workload, candidates: Sequence["MeasureCandidate"]) -> list[MeasureResult]:
         """Build, optionally verify, and time every candidate; failures are typed, not raised."""
+        if not candidates:
+            return []
+        with uninterrupted():
+            return self._measure(workload, candidates)
+
+    def _measure(self, workload: Workload, candidates: Sequence["MeasureCandidate"]) -> list[MeasureResult]:
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-        if not candidates:
-            return []
         results = [MeasureResult() for _ in candidates]
         t0 = time.perf_counter()
         built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in candidates])
@@ -154,6 +174,7 @@ class Measurer:
             else:
                 pending.append((i, b.artifact_path))
         try:
+            raise_if_stopped()  # the batch will be dropped: time none of it
             # A remote runner sets verify_locally=False when this host cannot run the remote's code.
             if self.settings.verify and getattr(self.runner, "verify_locally", True):
                 t0 = time.perf_counter()

@@ -1,19 +1,19 @@
-"""Run a compiled model on the CPU, check it against PyTorch, and time both the same way.
+"""Run a compiled model on the CPU, check it against PyTorch, and time it.
 
-Both sides use every usable core (TVM through TVM_NUM_THREADS, set by the Measurer before
-the runtime starts its thread pool; PyTorch through torch.set_num_threads), and both report
-the median of repeated runs, each repeat at least `min_repeat_ms` long.
+TVM uses every usable core (TVM_NUM_THREADS, set by the Measurer before the runtime starts its
+thread pool); a timing is the median of repeated runs, each repeat at least `min_repeat_ms`
+long. PyTorch eager is timed against it by `metatune.measure.reference_timing`.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metatune.measure.check import WrongResultError, output_error
+from metatune.measure.measurer import median_latency
 
 if TYPE_CHECKING:
     import torch
@@ -43,7 +43,7 @@ class CompiledModel:
         import tvm
 
         timer = self.vm.time_evaluator("main", self.device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-        return statistics.median(timer(tvm.runtime.tensor(x, self.device)).results) * 1e3
+        return median_latency(timer(tvm.runtime.tensor(x, self.device)).results) * 1e3
 
 
 def verify(compiled: CompiledModel, module: "torch.nn.Module", example: "torch.Tensor",
@@ -68,33 +68,3 @@ def verify(compiled: CompiledModel, module: "torch.nn.Module", example: "torch.T
 def repeats_for(run_s: float, budget_s: float = 5.0, lo: int = 3, hi: int = 15) -> int:
     """How many timed repeats fit the time budget, given one run's time."""
     return int(min(hi, max(lo, budget_s // max(run_s, 1e-6))))
-
-
-def torch_latency_ms(module: "torch.nn.Module", example: "torch.Tensor", threads: int, repeat: int,
-                     min_repeat_ms: int = 50) -> float:
-    """PyTorch eager: median over `repeat` repeats, each averaging enough calls to last
-    `min_repeat_ms` (as TVM's time_evaluator does); the caller's thread count is restored."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode():
-            return _median_ms(lambda: module(example), repeat, min_repeat_ms)
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _median_ms(fn: Callable[[], Any], repeat: int, min_repeat_ms: int) -> float:
-    fn()  # warm-up, as time_evaluator discards its first call
-    t0 = time.perf_counter()
-    fn()
-    once = time.perf_counter() - t0
-    number = max(1, int(np.ceil(min_repeat_ms / 1e3 / max(once, 1e-9))))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples) * 1e3

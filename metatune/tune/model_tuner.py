@@ -8,7 +8,8 @@ that metatune's cost model cannot encode get TVM's default instead (fallback.py)
 The database makes the run resumable: trials already recorded for the model's tasks count
 towards `--trials` (the scheduler checks the budget before each batch, so the last batch can
 take the total a little past it; the result reports the true count). The compiled model is
-checked against PyTorch before it is timed.
+checked against PyTorch before it is timed against PyTorch eager (reference_timing: a fresh
+process, passes alternating with TVM's; no speed-up when the passes disagree).
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from typing import TYPE_CHECKING, Any, Callable
 from metatune import MetatuneError
 from metatune.encode.supergraph import GraphEncoder
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.tuner import (
+    exclusive_database,
+    measure_callbacks,
     measure_seconds,
     measured_latencies,
     prepare,
     progress_callback,
     search_seconds,
     strategy_parts,
+    tuning_loop,
     warm_start,
 )
 from metatune.workload.networks import get_model
@@ -63,8 +68,9 @@ class ModelTuneResult:
     strategy: str
     trials: int
     tasks: list[TaskResult]
-    model_latency_ms: float
-    torch_latency_ms: float  # PyTorch eager on the same BatchNorm-folded network and input
+    model_latency_ms: float  # median of TVM's timing passes
+    torch_latency_ms: float  # PyTorch eager on the same BatchNorm-folded network and input: median of its passes
+    comparison: Comparison  # every pass of both sides, their spreads, `unstable`, `speedup`
     untuned: list[str]  # tasks without a successful trial: compiled unscheduled
     threads: int
     wall_s: float
@@ -79,7 +85,7 @@ class ModelTuneResult:
     fallback_tasks: list[str] = field(default_factory=list)  # tasks metatune's cost model cannot encode
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "comparison": self.comparison.to_json()}
 
 
 def check_request(model_name: str, strategy: str) -> "ModelSpec":
@@ -159,8 +165,8 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, notes
 
 
-def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tuple[float, float, float, float]:
-    """(compile seconds, max relative error against PyTorch, TVM ms, PyTorch ms)."""
+def _compile_and_compare(model: Any, target: Any, db_dir: Path, threads: int) -> tuple[float, float, Comparison]:
+    """(compile seconds, max relative error against PyTorch, the timing of TVM against PyTorch eager)."""
     from tvm.s_tir import meta_schedule as ms
 
     t0 = time.perf_counter()
@@ -168,12 +174,13 @@ def _compile_and_time(model: Any, target: Any, db_dir: Path, threads: int) -> tu
     compiled = model_runtime.CompiledModel(compile_model(model.mod, target, database))
     compile_s = time.perf_counter() - t0
     error, run_s = model_runtime.verify(compiled, model.module, model.example)  # raises WrongResultError
-    model_ms = compiled.latency_ms(model.example.numpy(), model_runtime.repeats_for(run_s))
-    torch_ms = model_runtime.torch_latency_ms(model.folded, model.example, threads,
-                                              model_runtime.repeats_for(model_ms / 1e3))
-    return compile_s, error, model_ms, torch_ms
+    x = model.example.numpy()
+    spec = ReferenceSpec("model", model.name, threads)
+    repeat = model_runtime.repeats_for(run_s, spec.pass_s)
+    return compile_s, error, compare(spec, lambda: compiled.latency_ms(x, repeat))
 
 
+@exclusive_database
 def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                report: Callable[[int, int, str], None] | None = None, target: str | None = None,
@@ -207,11 +214,11 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
         if per_iter < trials_per_iter:
             notes.append(f"batches of {per_iter} (not {trials_per_iter}) so that all {len(tasks)} tasks "
                          f"get measured within {remaining} trials")
-        callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+        callbacks = measure_callbacks()
         if report is not None:
             status = _status(tasks)
             callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best))))
-        with ms.Profiler() as profiler:
+        with tuning_loop(setup.measurer), ms.Profiler() as profiler:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
                           task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=remaining, num_trials_per_iter=per_iter,
@@ -232,10 +239,14 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
     threads = setup.measurer.settings.num_threads
-    compile_s, error, model_ms, torch_ms = _compile_and_time(model, tvm_target, db_dir, threads)
+    compile_s, error, comparison = _compile_and_compare(model, tvm_target, db_dir, threads)
+    if comparison.unstable:
+        notes.append(comparison.summary())
+    assert comparison.tvm is not None
     return ModelTuneResult(
         model=model_name, strategy=strategy, trials=sum(r.trials for r in results), tasks=results,
-        model_latency_ms=round(model_ms, 3), torch_latency_ms=round(torch_ms, 3), untuned=untuned, threads=threads,
+        model_latency_ms=round(comparison.tvm.median_ms, 3), torch_latency_ms=round(comparison.reference.median_ms, 3),
+        comparison=comparison, untuned=untuned, threads=threads,
         wall_s=round(time.perf_counter() - start, 2), tune_s=round(tune_s, 2),
         search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
         compile_s=round(compile_s, 2), verified=True, max_rel_error=error, checkpoint=setup.checkpoint, notes=notes,

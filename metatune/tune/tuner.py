@@ -8,22 +8,30 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
 * `random` — random configurations (MetaSchedule's ReplayTrace), no cost model.
 The database directory makes a run resumable: trials already recorded for the workload
 count towards `--trials`. The best schedule is checked against NumPy before it is reported.
+One run at a time writes a database (`exclusive_database`); Ctrl-C or SIGTERM ends the tuning
+loop at the next batch boundary without writing the batch in flight (`tuning_loop`), so that a
+re-run of the same command resumes.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
-from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE
+from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
 from metatune.measure.check import check_schedule
 from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
 from metatune.measure.runners import make_runner
@@ -149,6 +157,79 @@ def progress_callback(total: int, done: int, report: Callable[[int, int, dict[in
     return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report)
 
 
+class _StopAtBatchEndLogic:
+    """Runs first after every batch, before MetaSchedule's AddToDatabase: once Ctrl-C or SIGTERM asked
+    to stop, the batch just measured is not written (a signal sent to the whole process group may
+    have killed a worker, so its failures may be the signal's) and `Interrupted` ends the tuning loop."""
+
+    def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
+              runner_results: Any) -> None:
+        raise_if_stopped()
+
+
+def measure_callbacks() -> list[Any]:
+    """MetaSchedule's default measure callbacks (database, artifacts, cost model), after the one that
+    stops the loop at a batch boundary when asked to; callbacks of one's own go after these."""
+    from tvm.s_tir import meta_schedule as ms
+
+    stop = plugin_class(MEASURE_CALLBACK, _StopAtBatchEndLogic, "StopAtBatchEnd")()
+    return [stop, *ms.measure_callback.MeasureCallback.create("default")]
+
+
+@contextmanager
+def tuning_loop(measurer: Measurer) -> Iterator[None]:
+    """Around `ms.tune_tir` / `ms.tune_tasks` (with `measure_callbacks()`): the whole of TVM's loop is
+    `uninterrupted`, so that a stop request ends it at the next batch boundary, not in the middle of
+    TVM's C++; the measurer's worker processes end with the loop."""
+    try:
+        with uninterrupted():
+            yield
+    finally:
+        measurer.close()
+
+
+def hold_database(db_dir: Path) -> AbstractContextManager[None]:
+    """Be the only process writing the database `db_dir` while inside (`hold_directory`)."""
+    return hold_directory(db_dir, "a tuning run")
+
+
+def repair_database(db_dir: Path) -> list[str]:
+    """Cut a torn last line (what a kill during TVM's append leaves, and TVM cannot read past) off the
+    database's two files; returns a note saying so, if it did."""
+    cut = {name: n for name in (WORKLOAD_FILE, RECORD_FILE)
+           if (db_dir / name).exists() and (n := cut_torn_line(db_dir / name))}
+    if not cut:
+        return []
+    files = ", ".join(f"{name} ({n} bytes)" for name, n in cut.items())
+    return [f"repaired {db_dir}: cut the torn last line an interrupted write left in {files}"]
+
+
+class _Noted(Protocol):
+    notes: list[str]
+
+
+P = ParamSpec("P")
+R = TypeVar("R", bound=_Noted)
+
+
+def exclusive_database(tune: Callable[P, R]) -> Callable[P, R]:
+    """For a tuning entry point with a `db_dir` argument: hold the database for the whole call (two
+    runs on one database would measure every configuration twice; the second gets a one-line error
+    naming the first's PID), and repair a torn last line before TVM reads it, noted in the result."""
+    signature = inspect.signature(tune)
+
+    @functools.wraps(tune)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        db_dir = Path(signature.bind(*args, **kwargs).arguments["db_dir"])
+        with hold_database(db_dir):
+            notes = repair_database(db_dir)
+            result = tune(*args, **kwargs)
+        result.notes[:0] = notes
+        return result
+
+    return run
+
+
 @dataclass
 class TuningSetup:
     """What every tuning run needs: the target, TVM's builder and runner (the Measurer), and
@@ -201,6 +282,7 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
     return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
 
 
+@exclusive_database
 def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                   report: Callable[[int, int, float], None] | None = None,
@@ -214,7 +296,6 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     tvm_target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
     mod = workload.irmodule()
-    db_dir.mkdir(parents=True, exist_ok=True)
     done = len(measured_latencies(db_dir, mod))
     remaining = trials - done
     start = time.perf_counter()
@@ -224,13 +305,13 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         if done > 0:
             cost_model = warm_start(cost_model, database, tvm_target, [(mod, "main")])
-        callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+        callbacks = measure_callbacks()
         if report is not None:
             callbacks.append(progress_callback(
                 trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0)))
         detach_unnamed_meta_schedule_log_handlers()
         set_meta_schedule_console(verbose)
-        with ms.Profiler() as profiler:
+        with tuning_loop(measurer), ms.Profiler() as profiler:
             ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
                         runner=measurer.runner, database=database, cost_model=cost_model, strategy=search,

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.bench.harness import BenchConfig, merge_segments, plan
+from metatune.bench.harness import BenchConfig, merge_segments, plan, remeasure_references
+from metatune.bench.model_bench import model_table
+from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import REPO_ROOT
@@ -75,6 +77,9 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
     assert set(references["torch"]) == {b.name for b in load_suite("quick")}
     assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 and r["spread"] >= 0
                for r in references["torch"].values())
+    # every pass is kept, and whether they disagreed
+    assert all(len(r["passes_us"]) == 3 and r["unstable"] == bool(r["reasons"]) for r in references["torch"].values())
+    assert len(references["fp32_peak"]["passes_gflops"]) == 3
 
 
 def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset):
@@ -169,3 +174,40 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
 def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
     proc = run_cli("bench", "--model", "nosuchnet", "--strategies", "random", "--out", str(tmp_path / "m"))
     assert proc.returncode == 2 and "nosuchnet" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=64,n=64,k=64'}\n")
+    out = tmp_path / "out"
+    (out / "references.json").parent.mkdir()
+    (out / "references.json").write_text(json.dumps({"fp32_peak_gflops": 1.0, "threads": 2,
+                                                     "torch": {"tiny": {"gflops": 1.0, "latency_us": 524.288}}}))
+    table = remeasure_references(BenchConfig(str(suite), [2], ["random"], out=out), echo=lambda _: None)
+    references = json.loads((out / "references.json").read_text())
+    assert len(references["torch"]["tiny"]["passes_us"]) == 3 and len(references["fp32_peak"]["passes_gflops"]) == 3
+    assert "| fp32 peak GFLOPS | 1.0 |" in table and "| tiny PyTorch GFLOPS | 1.0 |" in table
+
+
+def bench_run(name: str, strategy: str, gflops: float) -> Run:
+    return Run({"name": name, "strategy": strategy, "workload": "dense:m=64,n=64,k=64", "curve": [gflops],
+                "trials": 1, "search_s": 1.0, "measure_s": 1.0, "encode_s": 0.0, "update_s": 0.0})
+
+
+def test_tables_give_no_ratio_against_an_unstable_reference(tmp_path):
+    references = {"fp32_peak_gflops": 400.0, "fp32_peak": {"unstable": False},
+                  "torch": {"a": {"gflops": 200.0, "unstable": True}, "b": {"gflops": 200.0, "unstable": False}}}
+    table = markdown([bench_run("a", "xgb", 100.0), bench_run("b", "xgb", 100.0)], [1], references)
+    assert "| a | xgb | 100.0 | 1 | 200.0 | unstable | 25% |" in table
+    assert "| b | xgb | 100.0 | 1 | 200.0 | 50% | 25% |" in table
+
+    runs = tmp_path / "model" / "resnet18"
+    runs.mkdir(parents=True)
+    for strategy, unstable in (("metatune", True), ("xgb", False)):
+        (runs / f"{strategy}-r0.json").write_text(json.dumps({
+            "model": "resnet18", "strategy": strategy, "trials": 1000, "model_latency_ms": 20.0,
+            "torch_latency_ms": 30.0, "tasks": [], "untuned": [], "tune_s": 1.0, "verified": True,
+            "comparison": {"unstable": unstable}}))
+    rows = model_table(tmp_path)
+    assert "| resnet18 | metatune | 1000 | 1 | 20.00 | 30.00 | unstable |" in rows
+    assert "| resnet18 | xgb | 1000 | 1 | 20.00 | 30.00 | 1.50× |" in rows

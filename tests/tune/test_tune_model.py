@@ -191,6 +191,13 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert result["model"] == "tinycnn" and result["strategy"] == "random" and result["trials"] == 8
     assert result["verified"] and result["max_rel_error"] < 1e-4
     assert result["model_latency_ms"] > 0 and result["torch_latency_ms"] > 0
+    comparison = result["comparison"]  # PyTorch eager timed in its own process, passes alternating with TVM's
+    assert comparison["spec"] == {"kind": "model", "name": "tinycnn", "threads": result["threads"], "pass_s": 1.0}
+    assert len(comparison["tvm"]["passes_ms"]) == len(comparison["reference"]["passes_ms"]) == 3
+    assert result["model_latency_ms"] == pytest.approx(comparison["tvm"]["median_ms"], abs=5e-4)
+    assert result["torch_latency_ms"] == pytest.approx(comparison["reference"]["median_ms"], abs=5e-4)
+    assert (comparison["speedup"] is None) == comparison["unstable"]
+    assert comparison["reference"]["max_rel_error"] < 1e-4
     tasks = {t["name"]: t for t in result["tasks"]}
     assert len(tasks) == 4 and all(t["trials"] >= 1 and t["best_latency_us"] for t in tasks.values())
     assert result["untuned"] == [] and {t["tuner"] for t in tasks.values()} == {"random"}

@@ -1,0 +1,364 @@
+"""Timing a library reference (PyTorch eager) so that a comparison with TVM can be trusted.
+
+A reference timed in the tuning process right after TVM can be slowed by TVM's runtime threads
+still spinning, and a single pass on a shared machine by anything else running; either reads as
+a speed-up for TVM. So every reference is timed here, one way for all callers:
+
+* in a fresh process (`python -m metatune.measure.reference_timing SPEC`), which builds the
+  PyTorch call, checks its output and then times one pass per request;
+* alternating with the TVM side, A B A B ..., `PASSES` passes each, and before every pass the
+  other side's process is waited on until its threads are idle (its CPU time stops growing);
+* each side reported by the median of its passes and their spread (slowest / fastest - 1); when
+  either spread exceeds `SPREAD_LIMIT`, or a process never went idle, the comparison is
+  `unstable` and gives no speed-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import IO, TYPE_CHECKING, Any, Callable, Literal
+
+import numpy as np
+
+from metatune import MetatuneError
+from metatune.measure.check import WrongResultError, output_error
+from metatune.measure.measurer import median_latency
+from metatune.workload.networks import get_model
+from metatune.workload.operators import Workload
+from metatune.workload.relax_tasks import fold_batchnorm
+
+if TYPE_CHECKING:
+    import torch
+
+PASSES = 3
+PASS_S = 1.0  # each pass: the median of blocks of at least MIN_BLOCK_S, over about this long
+MIN_BLOCK_S = 0.01  # short, so that a pass on a loaded machine still ends soon after PASS_S
+SPREAD_LIMIT = 0.10
+OPERATOR_RTOL = 1e-4  # PyTorch fp32 against the float64 NumPy reference
+FOLDING_RTOL = 1e-4  # BatchNorm-folded network against the unfolded one
+IDLE_CPU_SHARE = 0.1  # a process is idle when its threads use less than this share of one core
+IDLE_WINDOW_S = 0.05
+IDLE_TIMEOUT_S = 5.0
+SETUP_TIMEOUT_S = 600.0
+LIBRARY = "PyTorch eager"
+
+REFERENCE_BUSY = f"the reference process was still busy {IDLE_TIMEOUT_S:g} s after timing"
+
+Kind = Literal["operator", "model", "matmul"]
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """What the reference process times: a workload's PyTorch operator (`name` = workload text),
+    a model of the registry in eval mode with BatchNorm folded (`name` = model name), or a
+    `name`³ fp32 matmul (the machine's practical peak)."""
+
+    kind: Kind
+    name: str
+    threads: int
+    pass_s: float = PASS_S
+
+    @classmethod
+    def operator(cls, workload: Workload, threads: int, pass_s: float = PASS_S) -> "ReferenceSpec":
+        return cls("operator", str(workload), threads, pass_s)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One side's passes (milliseconds) and when each began (seconds after the first pass of the comparison)."""
+
+    passes_ms: tuple[float, ...]
+    at_s: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return median_latency(self.passes_ms)
+
+    @property
+    def spread(self) -> float:
+        """Slowest pass / fastest pass - 1: noise on a shared machine only ever slows a pass down."""
+        return max(self.passes_ms) / min(self.passes_ms) - 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passes_ms": [_significant(p) for p in self.passes_ms], "at_s": [round(t, 3) for t in self.at_s],
+                "median_ms": _significant(self.median_ms), "spread": round(self.spread, 4)}
+
+
+def _significant(value: float) -> float:
+    """Six significant digits: a microsecond kernel keeps its precision in milliseconds, and so does its ratio."""
+    return float(f"{value:.6g}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The reference's passes and, when TVM was timed alongside, TVM's; `reasons` says why the
+    comparison is unstable (empty: it is not). `load_average` (the machine's 1-minute load before
+    and after) shows what the spread test cannot catch: a steady load slows every pass alike."""
+
+    spec: ReferenceSpec
+    reference: Timing
+    tvm: Timing | None
+    flops: float | None  # of one reference call, when it is an operator or the peak matmul
+    max_rel_error: float
+    reasons: tuple[str, ...]
+    load_average: tuple[float, float]
+
+    @property
+    def unstable(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def speedup(self) -> float | None:
+        """Reference median / TVM median (above 1: TVM is faster); None when unstable or TVM was not timed."""
+        if self.unstable or self.tvm is None:
+            return None
+        return self.reference.median_ms / self.tvm.median_ms
+
+    def summary(self) -> str:
+        """One line: both medians and the speed-up, or why there is none."""
+        ref = f"{LIBRARY} {self.reference.median_ms:.4g} ms"
+        text = ref if self.tvm is None else f"TVM {self.tvm.median_ms:.4g} ms vs {ref}"
+        if self.unstable:
+            return f"{text}: unstable ({'; '.join(self.reasons)}), no speed-up reported; re-measure on an idle machine"
+        spreads = ([f"TVM {self.tvm.spread:.1%}"] if self.tvm else []) + [f"{LIBRARY} {self.reference.spread:.1%}"]
+        speed = "" if self.speedup is None else f": {self.speedup:.3g}×"
+        each = " each" if self.tvm else ""
+        return f"{text}{speed} ({len(self.reference.passes_ms)} passes{each}, spread {', '.join(spreads)})"
+
+    def to_json(self) -> dict[str, Any]:
+        speedup = self.speedup
+        return {"library": LIBRARY, "spec": asdict(self.spec), "process": "fresh", "spread_limit": SPREAD_LIMIT,
+                "tvm": None if self.tvm is None else self.tvm.to_json(),
+                "reference": {**self.reference.to_json(), "max_rel_error": self.max_rel_error},
+                "flops": self.flops, "unstable": self.unstable, "reasons": list(self.reasons),
+                "speedup": None if speedup is None else _significant(speedup),
+                "load_average": [round(load, 2) for load in self.load_average]}
+
+
+def wait_until_idle(timeout_s: float = IDLE_TIMEOUT_S) -> bool:
+    """Sleep until this process's other threads (TVM's or PyTorch's pool) stop using CPU; False
+    when they still did after `timeout_s`. The sleeping thread uses none, so any CPU time the
+    process gains over a window is theirs."""
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(IDLE_WINDOW_S)
+        if time.process_time() - cpu < IDLE_CPU_SHARE * (time.perf_counter() - wall):
+            return True
+        if time.perf_counter() > deadline:
+            return False
+
+
+def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: int = PASSES) -> Comparison:
+    """Time the reference in a fresh process, alternating with `tvm_pass` (one TVM pass, returning
+    milliseconds; None: the reference alone), `passes` passes each."""
+    if passes < 2:
+        raise ValueError("a spread needs at least two passes")
+    reasons: list[str] = []
+    load_before = os.getloadavg()[0]
+    with ReferenceProcess(spec) as process:
+        if not process.idle:
+            reasons.append(REFERENCE_BUSY)
+        tvm: list[tuple[float, float]] = []
+        reference: list[tuple[float, float]] = []
+        start = time.perf_counter()
+        for _ in range(passes):
+            if tvm_pass is not None:
+                tvm.append((time.perf_counter() - start, tvm_pass()))
+            if not wait_until_idle():
+                reasons.append(f"the timing process (TVM's side) was still busy after {IDLE_TIMEOUT_S:g} s "
+                               "before a reference pass")
+            at = time.perf_counter() - start
+            ms, idle = process.time_pass()
+            reference.append((at, ms))
+            if not idle:
+                reasons.append(REFERENCE_BUSY)
+    ref_timing = _timing(reference)
+    tvm_timing = _timing(tvm) if tvm else None
+    for side, timing in (("TVM", tvm_timing), (LIBRARY, ref_timing)):
+        if timing is not None and timing.spread > SPREAD_LIMIT:
+            reasons.append(f"{side} passes differ by {timing.spread:.0%} > {SPREAD_LIMIT:.0%}")
+    return Comparison(spec, ref_timing, tvm_timing, process.flops, process.max_rel_error, tuple(dict.fromkeys(reasons)),
+                      (load_before, os.getloadavg()[0]))
+
+
+def _timing(passes: list[tuple[float, float]]) -> Timing:
+    return Timing(tuple(ms for _, ms in passes), tuple(at for at, _ in passes))
+
+
+class ReferenceProcess:
+    """The reference's own process: built and checked on entry, one pass per `time_pass`."""
+
+    def __init__(self, spec: ReferenceSpec) -> None:
+        self.spec = spec
+        self.flops: float | None = None
+        self.max_rel_error = 0.0
+        self.idle = True  # whether the process was idle after its set-up
+
+    def __enter__(self) -> "ReferenceProcess":
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._proc = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(asdict(self.spec))],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        ready = self._reply(SETUP_TIMEOUT_S)
+        self.flops, self.max_rel_error, self.idle = ready["flops"], ready["max_rel_error"], ready["idle"]
+        return self
+
+    def time_pass(self) -> tuple[float, bool]:
+        """(milliseconds of one pass, whether the process was idle again after it)."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write("pass\n")
+        self._proc.stdin.flush()
+        reply = self._reply(60 * self.spec.pass_s + 60)
+        return reply["ms"], reply["idle"]
+
+    def _reply(self, timeout_s: float) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        readable, _, _ = select.select([self._proc.stdout], [], [], timeout_s)
+        line = self._proc.stdout.readline() if readable else ""
+        if not line:
+            self._stderr.seek(0)
+            stderr = self._stderr.read()[-2000:].strip()
+            self._close()
+            raise MetatuneError(f"the {LIBRARY} reference process for {self.spec.kind} {self.spec.name} "
+                                f"{'failed' if readable else f'gave no answer within {timeout_s:g} s'}: {stderr}")
+        reply = json.loads(line)
+        if "wrong_result" in reply or "error" in reply:
+            self._close()
+        if "wrong_result" in reply:
+            raise WrongResultError(reply["wrong_result"])
+        if "error" in reply:
+            raise MetatuneError(f"{LIBRARY} reference of {self.spec.kind} {self.spec.name}: {reply['error']}")
+        return reply
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """End the process: closing its stdin ends its loop; kill it if it does not exit."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc.stdout.close()
+        self._stderr.close()
+
+
+def torch_operator(workload: Workload) -> Callable[..., "torch.Tensor"]:
+    """The PyTorch call computing the same function as the workload's TOPI compute."""
+    import torch
+    import torch.nn.functional as F
+
+    p = workload.params
+    family = workload.family
+    if family == "conv1d":
+        return lambda x, w: F.conv1d(x, w, stride=p["stride"], padding=p["pad"])
+    if family == "conv1d_transpose":
+        return lambda x, w: F.conv_transpose1d(x, w, stride=p["stride"], padding=p["pad"])
+    if family in ("conv2d", "conv2d_winograd"):
+        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"])
+    if family == "conv2d_transpose":
+        return lambda x, w: F.conv_transpose2d(x, w, stride=p["stride"], padding=p["pad"])
+    if family == "depthwise_conv2d":
+        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"], groups=p["c"])
+    if family == "dense":
+        return lambda x, w: F.linear(x, w)
+    if family == "dense_bias_relu":
+        return lambda x, w, b: torch.relu(F.linear(x, w, b))
+    if family == "batch_matmul":
+        return lambda a, b: torch.bmm(a, b.transpose(1, 2))
+    raise MetatuneError(f"no PyTorch reference for family {family!r}")
+
+
+def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float]:
+    """The call to time, its flops (None for a model) and its checked error; raises WrongResultError."""
+    import torch
+
+    if spec.kind == "matmul":
+        size = int(spec.name)
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        return lambda: torch.mm(a, b), 2.0 * size**3, 0.0
+    if spec.kind == "operator":
+        workload = Workload.parse(spec.name)
+        inputs = workload.random_inputs(seed=0)
+        tensors = [torch.from_numpy(x) for x in inputs]
+        op = torch_operator(workload)
+        with torch.inference_mode():
+            out = op(*tensors).numpy()
+        error = output_error(out, workload.reference(inputs))
+        if not error <= OPERATOR_RTOL:
+            raise WrongResultError(f"PyTorch reference of {workload} differs from NumPy (max rel. error {error:.2e})")
+        return lambda: op(*tensors), float(workload.flops), error
+    model = get_model(spec.name)
+    module, example = model.build(), model.example_input()
+    folded, _, _ = fold_batchnorm(module)
+    with torch.inference_mode():
+        error = output_error(folded(example).numpy(), module(example).numpy().astype(np.float64))
+    if not error <= FOLDING_RTOL:
+        raise WrongResultError(f"{spec.name} with BatchNorm folded differs from the unfolded network "
+                               f"(max rel. error {error:.2e})")
+    return lambda: folded(example), None, error
+
+
+def _calls_per_block(fn: Callable[[], Any]) -> int:
+    """Calls that last at least MIN_BLOCK_S, after a warm-up call."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return max(1, int(np.ceil(MIN_BLOCK_S / max(time.perf_counter() - t0, 1e-9))))
+
+
+def _one_pass(fn: Callable[[], Any], number: int, pass_s: float) -> float:
+    """Milliseconds per call: the median over blocks of `number` calls, blocks filling about `pass_s`."""
+    samples: list[float] = []
+    end = time.perf_counter() + pass_s
+    while not samples or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number)
+    return median_latency(samples) * 1e3
+
+
+def _serve(spec: ReferenceSpec, replies: IO[str]) -> None:
+    """Build and check the reference, then answer each `pass` line on stdin with one timed pass."""
+    import torch
+
+    def reply(**data: Any) -> None:
+        replies.write(json.dumps(data) + "\n")
+        replies.flush()
+
+    torch.set_num_threads(spec.threads)
+    try:
+        fn, flops, error = _build(spec)
+    except WrongResultError as err:
+        return reply(wrong_result=str(err))
+    except MetatuneError as err:
+        return reply(error=str(err))
+    with torch.inference_mode():
+        number = _calls_per_block(fn)
+        reply(flops=flops, max_rel_error=error, idle=wait_until_idle())
+        for line in sys.stdin:
+            if line.strip() != "pass":
+                break
+            ms = _one_pass(fn, number, spec.pass_s)
+            reply(ms=ms, idle=wait_until_idle())
+
+
+if __name__ == "__main__":
+    # Replies go to the original stdout; anything else printing to stdout lands on stderr.
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    _serve(ReferenceSpec(**json.loads(sys.argv[1])), protocol)

@@ -1,0 +1,93 @@
+"""Driving `python -m metatune` as a real process: start it in its own process group, wait for what it
+writes, signal it as a terminal or a service manager would, and check that it left no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from metatune.fileio import REPO_ROOT
+
+
+def start(*args: str) -> subprocess.Popen:
+    """`python -m metatune ARGS` in a new session: its process group id is its pid, as for a shell job."""
+    return subprocess.Popen([sys.executable, "-m", "metatune", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=REPO_ROOT)
+
+
+def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT)
+
+
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen, timeout_s: float) -> None:
+    """Poll `condition` until it holds; fail if `proc` ends first or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended (status {proc.returncode}) first: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"nothing after {timeout_s} s")
+        time.sleep(0.3)
+
+
+def wait_for_output(proc: subprocess.Popen, fragment: str, timeout_s: float) -> str:
+    """Read `proc`'s stderr until a line holds `fragment`; returns what was read."""
+    seen, deadline = "", time.monotonic() + timeout_s
+    while fragment not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stderr], [], [], left)[0]:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"no {fragment!r} after {timeout_s} s: {seen}")
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError(f"the process ended (status {proc.wait()}) first: {seen}")
+        seen += line
+    return seen
+
+
+@dataclass
+class Stopped:
+    returncode: int
+    stderr: str
+    seconds: float  # from the signal to the exit
+
+
+def stop(proc: subprocess.Popen, sig: int, group: bool, timeout_s: float = 150) -> Stopped:
+    """Send `sig` to the process, or to its whole group as a terminal's Ctrl-C does, and wait for it."""
+    t0 = time.monotonic()
+    (os.killpg if group else os.kill)(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"still running {timeout_s} s after signal {sig}") from None
+    return Stopped(proc.returncode, err, time.monotonic() - t0)
+
+
+def group_members(pgid: int) -> list[str]:
+    """The live processes (zombies aside) of process group `pgid`, as 'PID COMMAND'."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended meanwhile
+        state, _ppid, group = text.rsplit(")", 1)[1].split()[:3]
+        if int(group) == pgid and state != "Z":
+            members.append(f"{stat.parent.name} {text[text.index('(') + 1:text.rindex(')')]}")
+    return members
+
+
+def json_lines(path: Path) -> list:
+    """Every line of a JSON-lines file, parsed (fails on a line that is not JSON)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
