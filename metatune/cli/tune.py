@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import ContextManager, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
 import typer
 
@@ -64,6 +64,22 @@ def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
     return warnings_to_file(logs / WARNINGS_FILE)
 
 
+@contextmanager
+def tuning_console(db_dir: Path, verbose: bool, title: str, trials: int) -> Iterator[Callable[..., None]]:
+    """The database locked before anything is printed (a second run on it prints only its error),
+    TVM's console output quietened, and a progress bar: yields `show(done, status=None)`."""
+    from metatune.progress import progress_bar
+    from metatune.tune.tuner import hold_database
+
+    with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
+        task = bar.add_task(title, total=trials, status="")
+
+        def show(done: int, status: str | None = None) -> None:
+            bar.update(task, completed=done, **({} if status is None else {"status": status}))
+
+        yield show
+
+
 def check_options(trials: int, db: Optional[Path], checkpoint: str) -> None:
     """Reject bad --trials, --db and --checkpoint in seconds, before TVM's setup (which takes far longer)."""
     if trials > MAX_TRIALS:
@@ -90,21 +106,14 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(workload_text)
-    from metatune.progress import progress_bar
-    from metatune.tune.tuner import hold_database, tune_workload
+    from metatune.tune.tuner import tune_workload
 
     db_dir = db or default_db_dir(strategy, str(workload), target)
-    # locked before anything is printed: a second run on the database prints only its error
-    with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
-        task = bar.add_task(f"tune {workload.family} [{strategy}]", total=trials, status="")
-
-        def report(done: int, total: int, best_gflops: float) -> None:
-            bar.update(task, completed=done, status=f"best {best_gflops:.1f} GFLOPS")
-
+    with tuning_console(db_dir, verbose, f"tune {workload.family} [{strategy}]", trials) as show:
         result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
-                               trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
-                               verbose=verbose)
-        bar.update(task, completed=result.trials)
+                               trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
+                               report=lambda done, total, best: show(done, f"best {best:.1f} GFLOPS"))
+        show(result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(
@@ -120,23 +129,15 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
                    trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
                    verbose: bool = False) -> None:
     """`--model NAME`: every task of the network shares the `--trials` budget."""
-    from metatune.progress import progress_bar
     from metatune.tune.model_tuner import check_request, tune_model
-    from metatune.tune.tuner import hold_database
 
     check_request(model, strategy)
     db_dir = db or default_db_dir(strategy, f"model-{model}", target)
-    # locked before anything is printed: a second run on the database prints only its error
-    with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
-        task = bar.add_task(f"tune {model} [{strategy}]", total=trials, status="")
-
-        def report(done: int, total: int, status: str) -> None:
-            bar.update(task, completed=done, status=status)
-
+    with tuning_console(db_dir, verbose, f"tune {model} [{strategy}]", trials) as show:
         result = tune_model(model, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
-                            trials_per_iter=trials_per_iter, seed=seed, report=report, target=target,
-                            verbose=verbose)
-        bar.update(task, completed=result.trials)
+                            trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
+                            report=lambda done, total, status: show(done, status))
+        show(result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     width = max(len(t.name) for t in result.tasks)
