@@ -1,4 +1,4 @@
-"""`metatune dataset build | info | encode | export`: datasets of measured programs."""
+"""`metatune dataset build | import | info | encode | export`: datasets of measured programs."""
 
 from __future__ import annotations
 
@@ -35,6 +35,36 @@ def dataset_build(
         typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target)))
 
 
+@app.command("import")
+def dataset_import(
+    sources: list[Path] = typer.Argument(
+        ..., help="TVM JSON databases: a folder with database_workload.json + database_tuning_record.json (and "
+                  "optionally a meta.json naming its workload and split), a .tar.gz of one, or a folder of those."),
+    out: Path = typer.Option(..., help="Dataset directory (created, or added to: only records of its own device)."),
+    target: Optional[str] = typer.Option(
+        None, help="The device the records were measured on, as a TVM target (a tag such as 'nvidia/nvidia-h100', "
+                   "JSON or the string form). Default: the target the records name."),
+    workload: Optional[str] = typer.Option(
+        None, help="The workload of a source without meta.json, e.g. 'dense:m=1024,n=1024,k=1024' (one source only)."),
+    split: Optional[str] = typer.Option(None, help="train or heldout, with --workload (default train)."),
+    note: Optional[str] = typer.Option(None, help="Provenance kept in the card: where and how they were measured."),
+) -> None:
+    """Turn TVM JSON databases of plain MetaSchedule runs into a dataset (one sealed store per workload).
+
+    Each database must hold the program metatune generates for its workload; failed candidates
+    (run_secs 1e10) become failures, a configuration already in the dataset is skipped, so importing
+    the same sources again changes nothing. A dataset holds one device.
+    """
+    from metatune.dataset.builder import summarize
+    from metatune.dataset.importer import import_databases
+
+    with stop_cleanly():
+        result = import_databases(sources, out, target, workload, split, note)
+    typer.echo(f"imported {result.records} records and {result.failures} failures from {result.sources} sources "
+               f"into {out} ({result.duplicates} already there or given twice)")
+    typer.echo(summarize(result.card))
+
+
 @app.command("info")
 def dataset_info(
     directory: Path = typer.Argument(..., help="Dataset directory."),
@@ -60,12 +90,12 @@ def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory
     Training reads this cache; an entry whose record count or template version no longer matches
     is re-encoded, so re-running after the dataset grew or the template changed is always safe."""
     from metatune.dataset.card import read_card
-    from metatune.encode.graphs import load_encoded
+    from metatune.encode.graphs import dataset_template, load_encoded
     from metatune.encode.supergraph import GraphEncoder
 
     if read_card(directory) is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json)")
-    encoder = GraphEncoder()
+    encoder = GraphEncoder(dataset_template(directory))
     encoded = load_encoded(directory, encoder)
     programs = sum(len(e) for e in encoded)
     typer.echo(f"{len(encoded)} complete workloads, {programs} programs encoded with template {encoder.version} "

@@ -32,14 +32,14 @@ def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
-    from metatune.encode.layout import NODE_WIDTH
-    from metatune.encode.supergraph import GraphEncoder, describe
+    from metatune.encode.supergraph import GraphEncoder, Template, describe
     from metatune.env.device import fingerprint_for_target
     from metatune.space.knob_space import DesignSpaces, SearchSpace
 
-    space = SearchSpace(DesignSpaces(workload, fingerprint_for_target(target).tvm_target()))
+    tvm_target = fingerprint_for_target(target).tvm_target()
+    encoder = GraphEncoder(Template.for_target(tvm_target))
+    space = SearchSpace(DesignSpaces(workload, tvm_target))
     candidates = space.sample_candidates(count, seed=seed)
-    encoder = GraphEncoder()
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     encoded = []
@@ -76,13 +76,13 @@ def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[
     typer.echo(
         f"{workload}: encoded {len(rows)} graphs in {wall:.2f} s ({rate:.0f} graphs/s); template "
         f"{encoder.version}: {encoder.template.num_nodes} nodes, {encoder.template.num_edges} edges, "
-        f"{NODE_WIDTH} features per node, {space.embedding_dim} knob features"
+        f"{encoder.width} features per node, {space.embedding_dim} knob features"
     )
     if json_out is not None:
         summary = {
             "workload": str(workload),
             "template_version": encoder.version,
-            "node_features": NODE_WIDTH,
+            "node_features": encoder.width,
             "knob_features": space.embedding_dim,
             "graphs_per_s": round(rate, 1),
             "graphs": rows,

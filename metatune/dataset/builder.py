@@ -84,13 +84,16 @@ class DatasetBuilder:
         card = read_card(out)
         if card is None:
             return
-        if card["spec_hash"] != self.spec.digest():
-            raise MetatuneError(f"{out} was built from another spec ({card['spec_name']}); use a new --out directory")
         if card["device"]["device_id"] != self.fingerprint.device_id:
             raise MetatuneError(
                 f"{out} holds measurements of {card['device']['device_id']}, this device is "
                 f"{self.fingerprint.device_id}; use a new --out directory"
             )
+        if "source" in card:
+            raise MetatuneError(f"{out} was imported from TVM databases ('metatune dataset import'), not built from "
+                                "a spec; use a new --out directory")
+        if card.get("spec_hash") != self.spec.digest():
+            raise MetatuneError(f"{out} was built from another spec ({card.get('spec_name')}); use a new --out directory")
 
     def run(self, show_progress: bool = True) -> dict:
         planned = plan(self.spec)
@@ -175,6 +178,8 @@ def summarize(card: dict) -> str:
         f"{card['totals']['failures']} failures, {card['totals']['workloads']} workloads, {card['wall_s'] / 3600:.2f} h measured",
         f"{'family':<18}{'split':<9}{'workloads':>10}{'complete':>10}{'records':>9}{'failures':>9}",
     ]
+    if "source" in card:
+        lines.insert(1, f"imported from {card['source']['format']} files (metatune dataset import)")
     for family, splits in sorted(card["counts"].items()):
         for split, c in sorted(splits.items()):
             lines.append(

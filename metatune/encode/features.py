@@ -9,6 +9,12 @@ order) the touch count, reuse ratio and stride. Counts are log-scaled as log2(1 
 
 Touch count follows AutoTVM's approximation: the product of the lengths of the loops on the
 path whose variable appears in the buffer's index (overlapping windows are not deduplicated).
+
+GPU programs add GPU_FEATURE_NAMES: which thread axis a loop is bound to (blockIdx, vthread,
+threadIdx), the launch shape its owner block sees (threads per block, blocks per grid), whether
+the owner is a shared-memory or register (local) stage, and two program-wide costs that decide
+occupancy and bandwidth: shared-memory bytes per thread block and global-memory accesses per
+thread. A template lists the features its device kind uses (CPU templates only the first set).
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ FEATURE_NAMES: tuple[str, ...] = LOOP_FEATURES + tuple(
     f"buf{slot}.{name}" for slot in range(NUM_BUFFER_SLOTS) for name in BUFFER_FEATURES
 )
 NUM_FEATURES = len(FEATURE_NAMES)
+GPU_FEATURE_NAMES: tuple[str, ...] = (
+    "blockIdx", "vthread", "threadIdx", "threads_per_block", "blocks_per_grid", "writes_shared", "writes_local",
+    "shared_bytes", "global_per_thread",
+)
+ALL_FEATURE_NAMES = FEATURE_NAMES + GPU_FEATURE_NAMES
+_THREAD_COLUMN = {"blockIdx": 0, "vthread": 1, "threadIdx": 2}
 _KIND_COLUMN = {SERIAL: 1, PARALLEL: 2, VECTORIZED: 3, UNROLLED: 4}
 _BUF0 = len(LOOP_FEATURES)
 
@@ -97,10 +109,56 @@ def buffer_slots(program: LoopProgram, block: int) -> list[Access]:
     return slots[:NUM_BUFFER_SLOTS]
 
 
-def loop_features(program: LoopProgram, owner: Sequence[int] | None = None) -> np.ndarray:
-    """(number of loops, NUM_FEATURES) float32 matrix, rows in program order."""
-    loops = program.loops
+def loop_features(program: LoopProgram, owner: Sequence[int] | None = None,
+                  names: Sequence[str] = FEATURE_NAMES) -> np.ndarray:
+    """(number of loops, len(names)) float32 matrix, rows in program order, columns `names`
+    (a subset of ALL_FEATURE_NAMES)."""
     owner = owners(program) if owner is None else owner
+    feats = _cpu_features(program, owner)
+    if tuple(names) == FEATURE_NAMES:
+        return feats
+    feats = np.concatenate([feats, _gpu_features(program, owner)], axis=1)
+    return feats[:, [ALL_FEATURE_NAMES.index(n) for n in names]]
+
+
+def _thread_axis(tag: str) -> str:
+    return tag.split(".")[0]
+
+
+def _gpu_features(program: LoopProgram, owner: Sequence[int]) -> np.ndarray:
+    loops, blocks = program.loops, program.blocks
+    feats = np.zeros((len(loops), len(GPU_FEATURE_NAMES)), dtype=np.float32)
+
+    def launch(chain: Sequence[int], axis: str) -> int:
+        return math.prod(loops[i].extent for i in chain if _thread_axis(loops[i].thread) == axis)
+
+    threads = max((launch(b.chain, "threadIdx") * launch(b.chain, "blockIdx") for b in blocks), default=1)
+    shared_bytes = global_accesses = 0
+    for b in blocks:
+        executions = math.prod(loops[i].extent for i in b.chain)
+        accesses = ([b.write] if b.write is not None else []) + b.reads
+        global_accesses += executions * sum(1 for a in accesses if a.scope == "global")
+        if b.write is not None and b.write.scope == "shared":
+            # The stage's own loops (below its compute-at point) enumerate one tile of the buffer.
+            shared_bytes += b.write.element_bytes * math.prod(loops[i].extent for i in b.chain if owner[i] == b.index)
+    program_wide = (_log(shared_bytes), _log(global_accesses / max(threads, 1)))
+    for lp in loops:
+        row = feats[lp.index]
+        col = _THREAD_COLUMN.get(_thread_axis(lp.thread))
+        if col is not None:
+            row[col] = 1.0
+        blk = blocks[owner[lp.index]]
+        row[3] = _log(launch(blk.chain, "threadIdx"))
+        row[4] = _log(launch(blk.chain, "blockIdx"))
+        scope = blk.write.scope if blk.write is not None else "global"
+        row[5] = 1.0 if scope == "shared" else 0.0
+        row[6] = 1.0 if scope == "local" else 0.0
+        row[7], row[8] = program_wide
+    return feats
+
+
+def _cpu_features(program: LoopProgram, owner: Sequence[int]) -> np.ndarray:
+    loops = program.loops
     feats = np.zeros((len(loops), NUM_FEATURES), dtype=np.float32)
     topdown = [0] * len(loops)
     per_block: dict[int, tuple[list[int], list[int], list[list[int]], list[Access]]] = {}

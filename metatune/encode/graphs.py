@@ -16,17 +16,18 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
+from metatune import MetatuneError
+from metatune.dataset.card import read_card
 from metatune.dataset.store import DatasetStore, WorkloadStore, workload_slug
 from metatune.encode import layout
+from metatune.encode.supergraph import GraphEncoder, Template
+from metatune.env.device import DeviceFingerprint
 from metatune.measure.measurer import median_latency
 from metatune.progress import progress_bar
-
-if TYPE_CHECKING:
-    from metatune.encode.supergraph import GraphEncoder, Template
 
 MODES = ("supergraph", "plain")
 
@@ -194,6 +195,14 @@ def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorklo
         schedules.append(sch)
         log_thr.append(log_throughput(store.workload.flops, record.run_secs))
     return encode_programs(encoder, schedules, store.workload.key, store.workload.family, store.split, log_thr)
+
+
+def dataset_template(directory: Path) -> Template:
+    """The super-graph template of a dataset's device kind (CPU or CUDA programs)."""
+    card = read_card(Path(directory))
+    if card is None:
+        raise MetatuneError(f"{directory} is not a dataset (no card.json); build it with `metatune dataset build`")
+    return Template.for_target(DeviceFingerprint.from_json(card["device"]).tvm_target())
 
 
 def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,

@@ -46,6 +46,8 @@ class Access:
     handle: int
     offset: int
     strides: dict[int, int]  # loop-var handle -> elements moved per unit step of that loop
+    scope: str = "global"  # memory scope of the buffer: global, shared, local (GPU stages)
+    element_bytes: int = 4
 
 
 @dataclass
@@ -82,6 +84,7 @@ class Loop:
     parent: int  # enclosing loop, -1 for the root
     depth: int
     var: int  # handle of the loop variable
+    thread: str = ""  # the thread axis a THREAD_BINDING loop is bound to (blockIdx.x, vthread.x, threadIdx.y)
     children: list[int] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)  # every block below this loop
 
@@ -243,9 +246,10 @@ class _Walker:
         index = len(self.loops)
         parent = self.chain[-1] if self.chain else -1
         var = node.loop_var
+        binding = node.thread_binding
         self.loops.append(
             Loop(index, var.name, int(extent.value), int(node.kind), max_step, explicit, parent,
-                 len(self.chain), var.__chandle__())
+                 len(self.chain), var.__chandle__(), str(binding.thread_tag) if binding is not None else "")
         )
         if parent >= 0:
             self.loops[parent].children.append(index)
@@ -298,7 +302,7 @@ class _Walker:
                 value = (value[0] * stride, {k: v * stride for k, v in value[1].items()})
             flat = _add(flat, value, 1)
             stride *= shape[dim] if dim < len(shape) else 1
-        return Access(buf.name, handle, flat[0], dict(flat[1]))
+        return Access(buf.name, handle, flat[0], dict(flat[1]), str(buf.scope()), max(1, buf.dtype.bits // 8))
 
 
 def extract(func: "tvm.tirx.PrimFunc") -> LoopProgram:

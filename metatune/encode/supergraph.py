@@ -45,6 +45,7 @@ rebuild with `python -m metatune.encode.supergraph --rebuild` (a new version: re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -56,9 +57,16 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.encode import layout
-from metatune.encode.features import FEATURE_NAMES, NUM_BUFFER_SLOTS, buffer_slots, loop_features, owners
+from metatune.encode.features import (
+    ALL_FEATURE_NAMES,
+    FEATURE_NAMES,
+    NUM_BUFFER_SLOTS,
+    buffer_slots,
+    loop_features,
+    owners,
+)
 from metatune.encode.loopgraph import Block, LoopProgram, extract
-from metatune.env.target import CPU_TARGET_CLASSES
+from metatune.env.target import CPU_TARGET_CLASSES, GPU_TARGET_CLASSES
 from metatune.env.tvm_setup import import_tensor_intrinsics
 from metatune.space.knob_space import DesignSpaces, SearchSpace
 from metatune.workload.networks import get_model
@@ -72,7 +80,48 @@ if TYPE_CHECKING:
     from metatune.space.knob_space import Candidate, SearchSpace
 
 TEMPLATE_FORMAT = 1
-TEMPLATE_PATH = Path(__file__).with_name("template.json")
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A kind of device whose programs share one super-graph template.
+
+    CPU and GPU programs have little in common (a GPU kernel's outer loops are bound to thread
+    blocks and threads, its inputs staged through shared memory, its main block tiled
+    SSSRRSRS instead of SSRSRS), so each kind has its own template and features; within a kind
+    every target class is probed, so a model encodes the programs of any machine of that kind.
+    """
+
+    name: str
+    template_file: str
+    targets: tuple[Any, ...]  # target classes probed (a TVM target config or tag each)
+    features: tuple[str, ...]
+    tiling: str  # MetaSchedule's multi-level tiling structure of the main block
+    models: tuple[str, ...]  # networks whose Relax tasks are probed too
+
+    @property
+    def template_path(self) -> Path:
+        return Path(__file__).with_name(self.template_file)
+
+
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "cpu": DeviceKind("cpu", "template.json", tuple(CPU_TARGET_CLASSES.values()), FEATURE_NAMES, "SSRSRS",
+                      ("resnet18", "tinycnn")),
+    "cuda": DeviceKind("cuda", "template-cuda.json", tuple(GPU_TARGET_CLASSES.values()), ALL_FEATURE_NAMES,
+                       "SSSRRSRS", ("resnet18", "tinycnn")),
+}
+_KIND_OF_TARGET = {"llvm": "cpu", "cuda": "cuda"}
+TEMPLATE_PATH = DEVICE_KINDS["cpu"].template_path
+
+
+def device_kind(target: Any) -> DeviceKind:
+    """The device kind of a TVM target (or a kind name): which template encodes its programs."""
+    name = target if isinstance(target, str) else str(target.kind.name)
+    kind = DEVICE_KINDS.get(name) or DEVICE_KINDS.get(_KIND_OF_TARGET.get(name, ""))
+    if kind is None:
+        raise TemplateMismatch(f"metatune has no super-graph template for {name} targets: it encodes CPU (llvm) "
+                               "and NVIDIA GPU (cuda) programs")
+    return kind
 REBUILD_HINT = (
     "add a workload that produces it to TEMPLATE_WORKLOADS in metatune/encode/supergraph.py and run "
     "`python -m metatune.encode.supergraph --rebuild` (this changes template_version: models trained "
@@ -99,7 +148,7 @@ TEMPLATE_WORKLOADS = (
 )
 # Networks whose Relax tasks (pooling, mean, reshape, rfactored classifiers, ...) are probed too,
 # so that `tune --model` can use metatune's model on every one of their tasks.
-TEMPLATE_MODELS = ("resnet18", "tinycnn")
+TEMPLATE_MODELS = DEVICE_KINDS["cpu"].models
 
 # Block roles shared across families.
 _PAD_BLOCKS = {"pad_temp", "data_pad", "PaddedInput"}
@@ -171,12 +220,15 @@ def block_roles(program: LoopProgram) -> dict[str, str]:
             f"blocks {', '.join(tiled)} are all multi-level tiled; the template has one main block: {REBUILD_HINT}"
         )
     main = tiled[0] if tiled else None
+    main_reads = _main_reads(program, main)
     roles: dict[str, str] = {}
     for fam in families:
         if fam == main:
             role = "main"
-        elif main is not None and fam == f"{main}_global":
-            role = "main.write"
+        elif main is not None and fam in (f"{main}_global", f"{main}_local"):
+            role = "main.write"  # the cache-write stage: global on CPUs, registers on GPUs
+        elif fam in main_reads:
+            role = f"main.read{main_reads.index(fam)}.{fam.rsplit('_', 1)[1]}"  # a GPU cache-read stage
         else:
             role = block_family_role(fam)
         roles[fam] = role
@@ -186,6 +238,17 @@ def block_roles(program: LoopProgram) -> dict[str, str]:
             raise TemplateMismatch(f"blocks {seen[role]} and {fam} would both take block role {role!r}: {REBUILD_HINT}")
         seen[role] = fam
     return roles
+
+
+_CACHE_READ = re.compile(r"_(shared|local)$")
+
+
+def _main_reads(program: LoopProgram, main: str | None) -> list[str]:
+    """The main block's distinct inputs in order, when they are cache-read stages (`data_shared`):
+    such a stage is named after the buffer it copies, so its role is the input's position instead."""
+    block = next((b for b in program.blocks if b.family == main and not b.is_init), None)
+    names = list(dict.fromkeys(a.buffer for a in block.reads)) if block is not None else []
+    return [n if _CACHE_READ.search(n) else "" for n in names]
 
 
 @dataclass
@@ -203,7 +266,10 @@ def _vocabulary(block: Block, main: bool) -> _Vocabulary:
         # te names a loop `x` and its block variable `v_x`; rfactor names the variable `vx`.
         roles[_var_key(name)] = role
         roles[f"ax{i}"] = role
-    return _Vocabulary(roles, tuple(sorted(roles, key=len, reverse=True)))
+    # A variable `v0` gives the key "0": never a loop-name token (its loops are `ax0`), while a
+    # split level "_0" is, so digit-only keys are left out.
+    keys = [k for k in roles if not k.isdigit()]
+    return _Vocabulary(roles, tuple(sorted(keys, key=len, reverse=True)))
 
 
 def _var_key(name: str) -> str:
@@ -399,6 +465,9 @@ class Template:
             if p >= i:
                 raise TemplateMismatch(f"super-graph template slot {name!r} has parent {parent!r}, not an earlier slot")
             parents.append(p)
+        unknown = [f for f in data["features"] if f not in ALL_FEATURE_NAMES]
+        if unknown:
+            raise TemplateMismatch(f"super-graph template uses features this encoder does not compute: {unknown}")
         tpl = cls(tuple(names), tuple(parents), tuple(data["features"]), tuple(data.get("built_from", ())))
         if "version" in data and data["version"] != tpl.version:
             raise TemplateMismatch(
@@ -409,8 +478,23 @@ class Template:
 
     @classmethod
     def load(cls, path: Path | None = None) -> "Template":
-        """The shipped template, or one saved at `path`."""
+        """The shipped CPU template, or one saved at `path`."""
         return cls.from_json(json.loads((path or TEMPLATE_PATH).read_text()))
+
+    @classmethod
+    def for_target(cls, target: Any) -> "Template":
+        """The shipped template of a target's (or a kind name's) device kind."""
+        return _shipped(device_kind(target).name)
+
+    @classmethod
+    def by_version(cls, version: str) -> "Template":
+        """The shipped template with this version (a checkpoint names the one it was trained on)."""
+        for kind in DEVICE_KINDS.values():
+            if kind.template_path.exists() and _shipped(kind.name).version == version:
+                return _shipped(kind.name)
+        shipped = ", ".join(f"{k} {_shipped(k).version}" for k, kind in DEVICE_KINDS.items()
+                            if kind.template_path.exists())
+        raise TemplateMismatch(f"super-graph template {version} is not one this code ships ({shipped})")
 
     def save(self, path: Path | None = None) -> None:
         (path or TEMPLATE_PATH).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -428,23 +512,35 @@ class Template:
         return Template(tuple(self.slots[j] for j in keep), tuple(parents), self.features, self.built_from)
 
 
+@functools.lru_cache(maxsize=None)
+def _shipped(kind: str) -> Template:
+    path = DEVICE_KINDS[kind].template_path
+    if not path.exists():
+        raise TemplateMismatch(f"no super-graph template is shipped for {kind} programs ({path.name} is missing): "
+                               f"build it with `python -m metatune.encode.supergraph --rebuild --kind {kind}`")
+    return Template.load(path)
+
+
 # ---------------------------------------------------------------------------------------------
 # Building the template from observed programs
-
-
-_MAIN_S_STAGE = (0, 1, 3, 5)  # SSRSRS: spatial tile levels 0,1 then R0, S2, R1, S3
-_MAIN_R_STAGE = (2, 4)
 
 
 def _axis_index(axis: str) -> int:
     return int(axis[1:]) if axis[1:].isdigit() else 0
 
 
-def _slot_key(role: str, axis: str, levels: tuple[int, ...], axis_order: dict[str, int]) -> tuple[Any, ...]:
+def _tile_stages(tiling: str) -> dict[str, tuple[int, ...]]:
+    """Position in the loop nest of each tile level of spatial and reduction axes:
+    SSRSRS gives S levels at (0, 1, 3, 5) and R levels at (2, 4)."""
+    return {kind: tuple(i for i, c in enumerate(tiling) if c == kind) for kind in "SR"}
+
+
+def _slot_key(role: str, axis: str, levels: tuple[int, ...], axis_order: dict[str, int],
+              stages: dict[str, tuple[int, ...]]) -> tuple[Any, ...]:
     if role == "main":
         level = levels[0] if levels else 99
-        stages = _MAIN_S_STAGE if axis.startswith("S") else _MAIN_R_STAGE
-        stage = stages[level] if level < len(stages) else 10 + level
+        order = stages["S" if axis.startswith("S") else "R"]
+        stage = order[level] if level < len(order) else 10 + level
         return (stage, -_axis_index(axis), levels)  # outer axes (larger k) first
     return (levels[0] if levels else 50, levels, axis_order[axis])
 
@@ -483,7 +579,8 @@ def observe(programs: Iterable[LoopProgram]) -> dict[str, _RoleObservation]:
     return seen
 
 
-def template_from_observations(seen: dict[str, _RoleObservation], built_from: Sequence[str] = ()) -> Template:
+def template_from_observations(seen: dict[str, _RoleObservation], built_from: Sequence[str] = (),
+                               kind: DeviceKind = DEVICE_KINDS["cpu"]) -> Template:
     """Slots for every observed axis at every level its role can have, plus init copies.
 
     Generalises beyond what was observed so that other shapes fit: the main block gets the
@@ -495,20 +592,21 @@ def template_from_observations(seen: dict[str, _RoleObservation], built_from: Se
     """
     chains: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
     orders: dict[str, dict[str, int]] = {}
+    stages = _tile_stages(kind.tiling)
     for role, obs in seen.items():
         axis_order = {a: i for i, a in enumerate(obs.axes)}
         for axis in obs.levels:  # axes seen only through loop names
             axis_order.setdefault(axis, len(axis_order))
         wanted: set[tuple[str, tuple[int, ...]]] = set()
         if role == "main":
-            for kind in ("S", "R"):
-                axes = [a for a in obs.axes if a.startswith(kind)]
+            for letter in ("S", "R"):
+                axes = [a for a in obs.axes if a.startswith(letter)]
                 levels = set().union(*(obs.levels.get(a, set()) for a in axes)) if axes else set()
                 wanted |= {(a, lv) for a in axes for lv in levels}
         else:
             for axis in obs.axes:
                 wanted |= {(axis, lv) for lv in obs.levels.get(axis, set()) | {(), (0,), (1,)}}
-        chains[role] = sorted(wanted, key=lambda al: _slot_key(role, al[0], al[1], axis_order))
+        chains[role] = sorted(wanted, key=lambda al: _slot_key(role, al[0], al[1], axis_order, stages))
         orders[role] = axis_order
     slots: list[str] = []
     parents: list[int] = []
@@ -533,7 +631,7 @@ def template_from_observations(seen: dict[str, _RoleObservation], built_from: Se
         for i, name in enumerate(copies):
             slots.append(name)
             parents.append(hang if i == 0 else len(slots) - 2)
-    return Template(tuple(slots), tuple(parents), FEATURE_NAMES, tuple(built_from))
+    return Template(tuple(slots), tuple(parents), kind.features, tuple(built_from))
 
 
 def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_space: int) -> list[LoopProgram]:
@@ -557,31 +655,40 @@ def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSp
     return [(t.task_name, SearchSpace(DesignSpaces.from_context(task_context(t, target)))) for t in tasks]
 
 
-def probe_programs(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6,
-                   seed: int = 0, targets: Sequence[dict[str, Any]] | None = None,
-                   models: Sequence[str] = TEMPLATE_MODELS) -> list[LoopProgram]:
-    """Programs of every workload's and every model task's design spaces on every CPU target class
-    (design spaces differ by vector width and ISA: AVX2 targets rfactor reductions that AVX-512
-    targets do not). Nothing is compiled to machine code, so every class is probed on any host."""
+def template_workloads(kind: DeviceKind) -> tuple[str, ...]:
+    """TEMPLATE_WORKLOADS that have design spaces on this kind (TVM 0.27 cannot generate
+    winograd's for CUDA)."""
+    return tuple(w for w in TEMPLATE_WORKLOADS if not (kind.name == "cuda" and w.startswith("conv2d_winograd")))
+
+
+def probe_programs(workload_texts: Sequence[str] | None = None, samples_per_space: int = 6,
+                   seed: int = 0, targets: Sequence[Any] | None = None,
+                   models: Sequence[str] | None = None, kind: DeviceKind = DEVICE_KINDS["cpu"]) -> list[LoopProgram]:
+    """Programs of every workload's and every model task's design spaces on every target class
+    of a device kind (design spaces differ by vector width and ISA: AVX2 targets rfactor
+    reductions that AVX-512 targets do not). Nothing is compiled to machine code, so every
+    class is probed on any host."""
     import tvm
 
     import_tensor_intrinsics()
     rng = np.random.default_rng(seed)
     programs: list[LoopProgram] = []
-    for config in targets if targets is not None else CPU_TARGET_CLASSES.values():
+    for config in targets if targets is not None else kind.targets:
         target = tvm.target.Target(config)
-        for text in workload_texts:
+        for text in workload_texts if workload_texts is not None else template_workloads(kind):
             programs += _space_programs(SearchSpace(DesignSpaces(Workload.parse(text), target)), rng,
                                         samples_per_space)
-        for model in models:
+        for model in models if models is not None else kind.models:
             for _, space in model_task_spaces(model, target):
                 programs += _space_programs(space, rng, samples_per_space)
     return programs
 
 
-def build_template(workload_texts: Sequence[str] = TEMPLATE_WORKLOADS, samples_per_space: int = 6) -> Template:
-    built_from = (*workload_texts, *(f"model:{m}" for m in TEMPLATE_MODELS))
-    return template_from_observations(observe(probe_programs(workload_texts, samples_per_space)), built_from)
+def build_template(kind: DeviceKind = DEVICE_KINDS["cpu"], samples_per_space: int = 6) -> Template:
+    workloads = template_workloads(kind)
+    built_from = (*workloads, *(f"model:{m}" for m in kind.models))
+    programs = probe_programs(workloads, samples_per_space, kind=kind)
+    return template_from_observations(observe(programs), built_from, kind)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,6 +733,7 @@ class GraphEncoder:
 
         self.template = template or Template.load()
         self.version = self.template.version
+        self.width = layout.width(len(self.template.features))
         self._index = {s: i for i, s in enumerate(self.template.slots)}
         self._roles = RoleCache()
         self._edge_index = layout.template_edges(self.template.parents)
@@ -633,7 +741,8 @@ class GraphEncoder:
     def analyse(self, source: Any) -> EncodedProgram:
         program = extract(_func_of(source))
         owner = owners(program)
-        return EncodedProgram(program, owner, loop_features(program, owner), self._roles.roles(program, owner))
+        return EncodedProgram(program, owner, loop_features(program, owner, self.template.features),
+                              self._roles.roles(program, owner))
 
     def slots_of(self, enc: EncodedProgram) -> np.ndarray:
         """Template slot of each loop; raises TemplateMismatch naming the first missing slot."""
@@ -669,7 +778,7 @@ class GraphEncoder:
         slot = self.slots_of(enc)
         t = self.template
         slots = torch.from_numpy(slot)
-        x = torch.zeros(1, t.num_nodes, layout.NODE_WIDTH)
+        x = torch.zeros(1, t.num_nodes, self.width)
         layout.place(x, slice(None), layout.for_node(slots), layout.interval_node(slots, t.num_slots),
                      torch.from_numpy(enc.features))
         # A template edge is real when it is the loop's actual nesting edge.
@@ -696,7 +805,7 @@ class GraphEncoder:
         n = len(enc.program.loops)
         loops = torch.arange(n)
         for_nodes, interval_nodes = layout.for_node(loops), layout.interval_node(loops, n)
-        x = torch.zeros(1, layout.num_nodes(n), layout.NODE_WIDTH)
+        x = torch.zeros(1, layout.num_nodes(n), self.width)
         layout.place(x, slice(None), for_nodes, interval_nodes, torch.from_numpy(enc.features))
         parents = torch.tensor([lp.parent for lp in enc.program.loops], dtype=torch.long)
         return Data(
@@ -750,18 +859,21 @@ def describe(enc: EncodedProgram) -> list[str]:
 def _main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Show or rebuild the super-graph template.")
+    parser = argparse.ArgumentParser(description="Show or rebuild a device kind's super-graph template.")
     parser.add_argument("--rebuild", action="store_true", help="probe TEMPLATE_WORKLOADS and rewrite the template")
+    parser.add_argument("--kind", choices=sorted(DEVICE_KINDS), default="cpu", help="device kind (default: cpu)")
     args = parser.parse_args(argv)
+    kind = DEVICE_KINDS[args.kind]
     if args.rebuild:
-        old = Template.load().version if TEMPLATE_PATH.exists() else None
-        tpl = build_template()
-        tpl.save()
-        print(f"template {old} -> {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, {tpl.num_edges} edges")
+        old = Template.load(kind.template_path).version if kind.template_path.exists() else None
+        tpl = build_template(kind)
+        tpl.save(kind.template_path)
+        print(f"{kind.name} template {old} -> {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, "
+              f"{tpl.num_edges} edges")
     else:
-        tpl = Template.load()
-        print(f"template {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, "
-              f"{layout.NODE_WIDTH} features per node")
+        tpl = Template.load(kind.template_path)
+        print(f"{kind.name} template {tpl.version}: {tpl.num_slots} slots, {tpl.num_nodes} nodes, "
+              f"{layout.width(len(tpl.features))} features per node")
         for name, parent in tpl.definition["slots"]:
             print(f"  {name:<28} <- {parent}")
     return 0

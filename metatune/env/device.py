@@ -8,6 +8,9 @@ different ids. The class is read from the vendor, the CPU family and the flags, 
 hypervisors often report a model number that LLVM maps to the wrong CPU (a Sapphire Rapids
 guest can be detected as "rocketlake") and hide the model name ("AMD EPYC").
 
+A CUDA GPU's id names its compute capability and model instead (`cuda-sm90-h100`, env/gpu.py):
+`--target cuda` is this machine's GPU, a tag or a target JSON names one without it being here.
+
 A device can also be a target other than this machine (`--target`): its fingerprint then
 comes from the target alone, and `require_runnable` refuses to measure on it here.
 """
@@ -20,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from metatune import MetatuneError
-from metatune.env.target import parse_target, target_json
+from metatune.env.gpu import UNKNOWN_MODEL, GpuInfo, compute_class, gpu_model, gpu_target, local_gpu, tag_for_config
+from metatune.env.target import TargetError, parse_target, target_json, target_spec
 
 # Flags that change what LLVM may emit for the tensor programs we tune.
 CODEGEN_FLAGS = (
@@ -62,7 +66,10 @@ X86_CLASS_ORDER: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class DeviceFingerprint:
-    """Everything about a device that decides which measurements and models apply to it."""
+    """Everything about a device that decides which measurements and models apply to it.
+
+    For a GPU: `cpu_model` is the GPU's name, `isa_class` its compute class (`sm90`), `num_cores` its
+    SM count (0: not known from a target alone), `model` what the id names (`h100`)."""
 
     arch: str
     vendor: str
@@ -72,9 +79,13 @@ class DeviceFingerprint:
     num_cores: int
     llvm_host_cpu: str
     target: dict[str, Any] = field(default_factory=dict)
+    model: str = ""  # a GPU's model (env/gpu.py); empty for a CPU, which its class names
+    memory_bytes: int = 0  # a GPU's memory, 0 when not known
 
     @property
     def device_id(self) -> str:
+        if self.model:
+            return f"{self.arch}-{self.isa_class}-{self.model}"
         return f"{self.arch}-{self.isa_class}-{self.num_cores}c"
 
     @property
@@ -85,6 +96,8 @@ class DeviceFingerprint:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["flags"] = list(self.flags)
+        if not self.model:  # a CPU: its JSON stays what cards and RPC servers have always written
+            del data["model"], data["memory_bytes"]
         data["device_id"] = self.device_id
         return data
 
@@ -212,14 +225,22 @@ def _llvm_flags(target: "Any") -> set[str]:
 def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = None) -> DeviceFingerprint:
     """The device a `--target` names: this machine when None; this machine compiled for another
     CPU class when the target runs here (`x86_64-znver3-as-haswell-2c`); else a device known from
-    the target alone (`aarch64-generic-2c`), which can be encoded for but not measured here."""
+    the target alone (`aarch64-generic-2c`), which can be encoded for but not measured here.
+    A CUDA target: `cuda` (no arch) is this machine's GPU; a tag, or a target equal to one, names
+    its GPU (`cuda-sm90-h100`); any other arch is `cuda-smXY-generic`."""
 
     host = host or local_fingerprint()
     if text is None:
         return host
+    spec = target_spec(text)
+    if spec == "cuda" or (isinstance(spec, dict) and spec.get("kind") == "cuda" and "arch" not in spec):
+        return _local_gpu_fingerprint(text, spec)
     target = parse_target(text)
     config = target_json(target)
     kind = str(config["kind"])
+    if kind == "cuda":
+        tag = spec if isinstance(spec, str) and spec.startswith("nvidia/") else tag_for_config(config)
+        return gpu_fingerprint(tag or "unknown", config, model=gpu_model(tag) if tag else UNKNOWN_MODEL)
     if kind != "llvm":
         name = str(config.get("arch") or kind)
         return DeviceFingerprint(arch=kind, vendor="unknown", cpu_model="unknown", isa_class=name, flags=(),
@@ -241,6 +262,33 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
                              flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu="", target=config)
 
 
+def gpu_fingerprint(name: str, target: dict[str, Any], sm_count: int = 0, memory_bytes: int = 0,
+                    model: str | None = None) -> DeviceFingerprint:
+    """A CUDA GPU by name (or tag) and target; the model defaults to the one the name says."""
+    return DeviceFingerprint(arch="cuda", vendor="NVIDIA", cpu_model=name,
+                             isa_class=compute_class(str(target.get("arch", ""))), flags=(), num_cores=sm_count,
+                             llvm_host_cpu="", target=target, model=model or gpu_model(name),
+                             memory_bytes=memory_bytes)
+
+
+def fingerprint_for_gpu(info: GpuInfo) -> DeviceFingerprint:
+    """A GPU the driver describes (env/gpu.py `local_gpu`): its name, SM count, memory and full target."""
+    return gpu_fingerprint(info.name, gpu_target(info), info.sm_count, info.memory_bytes)
+
+
+def _local_gpu_fingerprint(text: str | dict[str, Any], spec: str | dict[str, Any]) -> DeviceFingerprint:
+    """`cuda` without an arch: this machine's GPU, with the options the target adds."""
+    info = local_gpu()
+    if info is None:
+        raise TargetError(f"target {text!r} is this machine's CUDA GPU, and it has none TVM can use; name the GPU "
+                          "instead: a tag such as nvidia/nvidia-h100, or '{\"kind\": \"cuda\", \"arch\": \"sm_90\"}'")
+    fp = fingerprint_for_gpu(info)
+    if isinstance(spec, dict) and set(spec) - {"kind"}:
+        config = target_json(parse_target({**fp.target, **spec}))
+        fp = gpu_fingerprint(info.name, config, info.sm_count, info.memory_bytes)
+    return fp
+
+
 def _codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(f for f in CODEGEN_FLAGS if f in set(flags)))
 
@@ -254,7 +302,10 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
     """Refuse, in one line, to measure on a device this machine cannot run."""
 
     host = host or local_fingerprint()
-    if device.arch in ("cuda", "rocm", "vulkan", "opencl", "metal"):
+    if device.arch == "cuda":
+        _require_gpu(device)
+        return
+    if device.arch in ("rocm", "vulkan", "opencl", "metal"):
         import tvm
 
         if not tvm.device(device.arch, 0).exist:
@@ -267,3 +318,14 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
     if missing:
         raise MetatuneError(f"target {device.target} uses {', '.join(missing)}, which this CPU "
                             f"({host.device_id}) lacks: its kernels cannot run here")
+
+
+def _require_gpu(device: DeviceFingerprint) -> None:
+    """Measure a GPU's programs only on that GPU: an A100's timings filed as an H100's would mix devices."""
+    info = local_gpu()
+    if info is None:
+        raise MetatuneError(f"target {device.target} needs a cuda device and this machine has none")
+    here = fingerprint_for_gpu(info)
+    if device.model != UNKNOWN_MODEL and device.device_id != here.device_id:
+        raise MetatuneError(f"target {device.target} is a {device.device_id}; this machine's GPU is {info.name} "
+                            f"({here.device_id}): use --target cuda, or measure on such a GPU")

@@ -26,6 +26,13 @@ CPU_TARGET_CLASSES: dict[str, dict[str, Any]] = {
     "neon": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"], "num-cores": 2},
 }
 
+# One target per CUDA class whose design spaces can differ (compute capability decides which
+# schedule rules apply); the GPU super-graph template is probed on both.
+GPU_TARGET_CLASSES: dict[str, str] = {
+    "sm90": "nvidia/nvidia-h100",
+    "sm75": "nvidia/geforce-rtx-2080-ti",
+}
+
 _LIST_OPTIONS = {"mattr", "keys", "libs", "cl-opt"}
 
 
@@ -55,24 +62,29 @@ def target_dict_from_cli(text: str) -> dict[str, Any]:
     return config
 
 
+def target_spec(text: str | dict[str, Any]) -> str | dict[str, Any]:
+    """What the user wrote, before TVM fills in defaults: a dict, or a tag or kind name. Tells
+    `cuda` (this machine's GPU) from a target that names one (`{"kind": "cuda", "arch": "sm_90"}`)."""
+    if not isinstance(text, str):
+        return text
+    stripped = text.strip()
+    if not stripped:
+        raise TargetError("empty --target")
+    if stripped.startswith("{"):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as err:
+            raise TargetError(f"bad target JSON {stripped!r}: {err}") from None
+    if " -" in f" {stripped}" and " " in stripped:
+        return target_dict_from_cli(stripped)
+    return stripped
+
+
 def parse_target(text: str | dict[str, Any]) -> "tvm.target.Target":
     """A TVM target from a JSON dict (or its text), a tag, a kind name, or the CLI string form."""
     import tvm
 
-    spec: Any = text
-    if isinstance(text, str):
-        stripped = text.strip()
-        if not stripped:
-            raise TargetError("empty --target")
-        if stripped.startswith("{"):
-            try:
-                spec = json.loads(stripped)
-            except json.JSONDecodeError as err:
-                raise TargetError(f"bad target JSON {stripped!r}: {err}") from None
-        elif " -" in f" {stripped}" and " " in stripped:
-            spec = target_dict_from_cli(stripped)
-        else:
-            spec = stripped
+    spec = target_spec(text)
     try:
         target = tvm.target.Target(spec)
     except Exception as err:  # noqa: BLE001 - TVM raises several error types for a bad target

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.graphs import MODES, FeatureStats, GraphBuilder
-from metatune.encode.supergraph import Template
+from metatune.encode.supergraph import Template, TemplateMismatch
 from metatune.learn.maml import MAMLConfig
 
 REQUIRED_METADATA = ("model_config", "template_version", "maml")
@@ -48,12 +48,10 @@ class _Header:
         missing = [k for k in REQUIRED_METADATA if k not in metadata]
         if missing:
             raise CheckpointError(f"{where}: not a metatune checkpoint (its metadata lacks {', '.join(missing)})")
-        template = Template.load()
-        if metadata["template_version"] != template.version:
-            raise CheckpointError(
-                f"{where} was trained on super-graph template {metadata['template_version']}, the code has "
-                f"{template.version}: retrain it with `make train-zoo`"
-            )
+        try:
+            template = Template.by_version(metadata["template_version"])
+        except TemplateMismatch as err:
+            raise CheckpointError(f"{where} was trained on {err}: retrain it with `make train-zoo`") from None
         mode = metadata.get("mode", "supergraph")
         if mode not in MODES:
             raise CheckpointError(f"{where}: mode {mode!r} is not one of {', '.join(MODES)}")

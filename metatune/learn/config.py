@@ -46,7 +46,8 @@ class TrainConfig(BaseModel):
     name: str
     device_id: str
     dataset: str = Field(description="dataset directory, relative to the repository root")
-    spec: str = Field(description="dataset spec used to build the dataset if it is missing")
+    spec: str | None = Field(None, description="dataset spec used to build the dataset if it is missing; "
+                                               "none for a dataset imported from measurements made elsewhere")
     seed: int = 0
     threads: int = Field(1, ge=1, description="torch threads; 1 avoids oversubscribing 2 cores")
     mode: str = Field("supergraph", pattern="^(supergraph|plain)$")

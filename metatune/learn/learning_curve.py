@@ -19,7 +19,8 @@ import torch
 
 from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel
-from metatune.encode.graphs import EncodedWorkload, GraphBuilder
+from metatune.encode.graphs import EncodedWorkload, GraphBuilder, dataset_template
+from metatune.encode.supergraph import Template
 from metatune.learn.config import TrainConfig, load_config
 from metatune.learn.maml import predict_all, pretrain
 from metatune.learn.metrics import pairwise_accuracy
@@ -51,9 +52,9 @@ def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, s
 
 
 def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload],
-                heldout: list[EncodedWorkload], seed: int,
+                heldout: list[EncodedWorkload], seed: int, template: Template,
                 on_epoch: Callable[[int, float, float], None] | None = None) -> CurvePoint:
-    model, builder = new_model(config, train, config.mode, seed)
+    model, builder = new_model(config, train, config.mode, seed, template)
     start = time.perf_counter()
     pretrain(model, builder, train, valid, config.pretrain, seed, on_epoch=on_epoch)
     return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
@@ -71,6 +72,7 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
     config = load_config(config_path)
     torch.set_num_threads(config.threads)
     _, train, valid, heldout = load_splits(data_dir, config)
+    template = dataset_template(data_dir)
     if len(train) < 2 or not heldout:
         raise MetatuneError(f"{data_dir}: need >= 2 training and >= 1 held-out workloads")
     full = max(map(len, train))
@@ -83,7 +85,7 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
             for seed in seeds:
                 subset = subsample(train, fraction, count, seed)
                 status = f"{len(subset)} workloads x {count} records, seed {seed}"
-                point = curve_point(config, subset, valid, heldout, seed, on_epoch=lambda e, tr, va: bar.update(
+                point = curve_point(config, subset, valid, heldout, seed, template, on_epoch=lambda e, tr, va: bar.update(
                     task, advance=1, status=f"{status}: epoch {e + 1}, valid loss {va:.3f}"))
                 bar.update(task, completed=(len(points) + 1) * epochs)  # early stopping skips epochs
                 points.append(point)

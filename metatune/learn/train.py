@@ -24,7 +24,14 @@ from metatune.cost_model.xgb import new_xgb, record_task
 from metatune.cost_model.xgb_transfer import TransferredXGB
 from metatune.dataset.card import read_card
 from metatune.dataset.store import DatasetStore
-from metatune.encode.graphs import EncodedWorkload, FeatureStats, GraphBuilder, load_encoded, split_sets
+from metatune.encode.graphs import (
+    EncodedWorkload,
+    FeatureStats,
+    GraphBuilder,
+    dataset_template,
+    load_encoded,
+    split_sets,
+)
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import DeviceFingerprint
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
@@ -54,16 +61,17 @@ def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorklo
                                                                list[EncodedWorkload], list[EncodedWorkload]]:
     """All encoded workloads with enough records for a MAML task, then training, validation and held-out."""
 
-    encoded = load_encoded(data_dir, GraphEncoder(), min_records=config.maml.k_support + 10)
+    encoder = GraphEncoder(dataset_template(data_dir))
+    encoded = load_encoded(data_dir, encoder, min_records=config.maml.k_support + 10)
     train_all, heldout = split_sets(encoded)
     train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
     return encoded, train, valid, heldout
 
 
-def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed: int) -> tuple[CostModel, GraphBuilder]:
+def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed: int,
+              template: Template) -> tuple[CostModel, GraphBuilder]:
     """An untrained cost model for `mode`, with its builder normalising features by `train`'s statistics."""
 
-    template = Template.load()
     builder = GraphBuilder(template, mode, FeatureStats.fit(train))
     torch.manual_seed(seed)
     positions = template.num_nodes if mode == "supergraph" else 0
@@ -73,9 +81,9 @@ def new_model(config: TrainConfig, train: list[EncodedWorkload], mode: str, seed
 
 
 def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[EncodedWorkload], mode: str,
-                 log: TrainLog, echo: Echo) -> tuple[TrainedModel, TrainedModel]:
+                 template: Template, log: TrainLog, echo: Echo) -> tuple[TrainedModel, TrainedModel]:
     """Pretrain then MAML; returns the meta-trained model and a copy of the pretrained one."""
-    model, builder = new_model(config, train, mode, config.seed)
+    model, builder = new_model(config, train, mode, config.seed, template)
     pre = pretrain(model, builder, train, valid, config.pretrain, config.seed,
                    on_epoch=lambda e, tr, va: echo(f"[{mode}] pretrain epoch {e}: train {tr:.3f} valid {va:.3f}"))
     pretrained = copy.deepcopy(model)
@@ -127,11 +135,12 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) 
     echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {time.perf_counter() - start:.0f} s")
     log = TrainLog()
     t0 = time.perf_counter()
-    main, pretrained = train_models(config, train, valid, config.mode, log, echo)
+    template = dataset_template(data_dir)
+    main, pretrained = train_models(config, train, valid, config.mode, template, log, echo)
     train_wall = time.perf_counter() - t0
     plain = None
     if config.ablation and config.mode == "supergraph":
-        plain, _ = train_models(config, train, valid, "plain", log, echo)
+        plain, _ = train_models(config, train, valid, "plain", template, log, echo)
     result = run_evaluation(config, data_dir, heldout, main, pretrained, plain, echo)
     out.mkdir(parents=True, exist_ok=True)
     import tvm
@@ -139,7 +148,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) 
     card = {
         "name": config.name,
         "device": dataset_card["device"],
-        "template_version": GraphEncoder().version,
+        "template_version": main.builder.template.version,
         "dataset": {"id": dataset_card["dataset_id"], "path": _portable(data_dir), "spec_hash": dataset_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},

@@ -26,8 +26,10 @@ def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Pat
         config = load_config(path)
         data = REPO_ROOT / config.dataset
         if read_card(data) is None:
+            if config.spec is None:
+                raise MetatuneError(f"{config.name}: no dataset at {data} and no spec to build it from; import its "
+                                    "measurements with `metatune dataset import SOURCE --out DIR`")
             print(f"[train-zoo] {config.name}: no dataset at {data}; building it from {config.spec}", flush=True)
-
             build_dataset(REPO_ROOT / config.spec, data)
         run_dir = runs_dir / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"[train-zoo] {config.name}: training into {run_dir}", flush=True)

@@ -26,11 +26,17 @@ def output_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(out.astype(np.float64) - ref))) / scale
 
 
-def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
-    """Run a compiled `main(inputs..., out)` and return the output."""
+def device_type(target: "tvm.target.Target") -> str:
+    """The runtime device a target's kernels run on: `cuda` for CUDA targets, else `cpu`."""
+    return "cuda" if target.kind.name == "cuda" else "cpu"
+
+
+def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out_shape: tuple[int, ...],
+                  device: str = "cpu") -> np.ndarray:
+    """Run a compiled `main(inputs..., out)` on device 0 of `device` and return the output."""
     import tvm
 
-    dev = tvm.cpu(0)
+    dev = tvm.device(device, 0)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     out = tvm.runtime.tensor(np.zeros(out_shape, "float32"), dev)
     rt_mod["main"](*args, out)
@@ -40,14 +46,16 @@ def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out
 class ReferenceCheck:
     """Random inputs and the expected output of one workload, computed once."""
 
-    def __init__(self, workload: Workload, seed: int = 0, rtol: float = DEFAULT_RTOL) -> None:
+    def __init__(self, workload: Workload, seed: int = 0, rtol: float = DEFAULT_RTOL, device: str = "cpu") -> None:
         self.workload = workload
         self.rtol = rtol
+        self.device = device
         self.inputs = workload.random_inputs(seed)
         self.expected = workload.reference(self.inputs)
 
     def error(self, rt_mod: Any) -> float:
-        return output_error(run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape), self.expected)
+        out = run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape, self.device)
+        return output_error(out, self.expected)
 
     def passes(self, rt_mod: Any) -> tuple[bool, float]:
         err = self.error(rt_mod)
@@ -59,7 +67,7 @@ def check_schedule(workload: Workload, sch: "Schedule", target: "tvm.target.Targ
     import tvm
 
     rt_mod = tvm.compile(sch.mod, target=target)
-    ok, err = ReferenceCheck(workload, rtol=rtol).passes(rt_mod)
+    ok, err = ReferenceCheck(workload, rtol=rtol, device=device_type(target)).passes(rt_mod)
     if not ok:
         raise WrongResultError(f"{workload}: max relative error {err:.2e} exceeds {rtol:g}")
     return err

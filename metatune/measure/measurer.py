@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from metatune.env.device import usable_cores
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.tvm_setup import use_threads
-from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck
+from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck, device_type
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class Measurer:
             self.runner = runner or LocalRunner(
                 timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config()
             )
-        self.device_type = "cpu"
+        self.device_type = device_type(target)
         self._check: ReferenceCheck | None = None
         self.timings = {"build_s": 0.0, "verify_s": 0.0, "run_s": 0.0}
 
@@ -202,7 +202,8 @@ class Measurer:
         import tvm
 
         if self._check is None or self._check.workload != workload:
-            self._check = ReferenceCheck(workload, rtol=self.settings.rtol)  # one at a time: refs can be large
+            # One at a time: references can be large.
+            self._check = ReferenceCheck(workload, rtol=self.settings.rtol, device=self.device_type)
         try:
             ok, error = self._check.passes(tvm.runtime.load_module(artifact))
         except Exception as err:  # a crash in the kernel is this candidate's failure, not ours

@@ -63,7 +63,7 @@ class _MetaTuneCostModelLogic:
     def __init__(self, trained: TrainedModel, adapt_steps: int | None = None, adapt_lr: float | None = None,
                  max_support: int = 256) -> None:
         self.trained = trained
-        self.encoder = GraphEncoder()
+        self.encoder = GraphEncoder(trained.builder.template)
         self.adapt_steps = adapt_steps or trained.maml.inner_steps
         self.adapt_lr = adapt_lr or trained.maml.inner_lr
         self.max_support = max_support

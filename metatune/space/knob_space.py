@@ -25,6 +25,7 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.env.tvm_setup import import_tensor_intrinsics
+from metatune.space.threads import ThreadLimit, thread_axis_sized_by, thread_limits
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -35,6 +36,27 @@ if TYPE_CHECKING:
 
 class SpaceError(MetatuneError):
     """No design space covers a workload, or a configuration does not fit its space."""
+
+
+class UnsupportedOnTarget(SpaceError):
+    """TVM's own space generation fails for this workload on this target (a TVM limitation,
+    e.g. conv2d_winograd on CUDA in TVM 0.27): typed, so callers can skip the workload."""
+
+
+def _generate_design_spaces(context: "TuneContext", what: object) -> list["Schedule"]:
+    """The task's design spaces; TVM's out-of-bounds IndexError inside space generation (its
+    C++ containers' message, not a Python one) becomes `UnsupportedOnTarget`."""
+    import tvm
+
+    try:
+        return list(context.space_generator.generate_design_space(context.mod))
+    except IndexError as err:
+        if "out of bounds" not in str(err):
+            raise
+        raise UnsupportedOnTarget(
+            f"{what} has no MetaSchedule design space on {context.target.kind.name} (TVM "
+            f"{tvm.__version__}'s space generation fails: IndexError: {err})"
+        ) from err
 
 
 @dataclass
@@ -78,7 +100,7 @@ class DesignSpaces:
         self.context: "TuneContext" = ms.TuneContext(
             mod=self.mod, target=target, space_generator="post-order-apply", task_name=workload.family
         )
-        self.spaces: list["Schedule"] = list(self.context.space_generator.generate_design_space(self.mod))
+        self.spaces: list["Schedule"] = _generate_design_spaces(self.context, workload)
         self.postprocs = list(self.context.space_generator.postprocs)
         self.rejected: collections.Counter[str] = collections.Counter()
         if not self.spaces:
@@ -90,7 +112,7 @@ class DesignSpaces:
         self = cls.__new__(cls)
         self.workload = context.task_name or "task"  # only used in messages
         self.target, self.mod, self.context = context.target, context.mod, context
-        self.spaces = list(design_spaces if design_spaces is not None else context.generate_design_space())
+        self.spaces = list(design_spaces) if design_spaces is not None else _generate_design_spaces(context, self.workload)
         self.postprocs = list(context.space_generator.postprocs)
         self.rejected = collections.Counter()
         if not self.spaces:
@@ -165,6 +187,7 @@ _SAMPLE_KINDS = {
 }
 _ENTER_POSTPROC = "EnterPostproc"
 _FAR_LOCATION = 1 << 20  # larger than any loop index: snaps to the innermost valid location
+_LIMIT_DRAWS = 2000  # decision draws per sampling attempt before giving up on the thread limits
 
 
 class Config(NamedTuple):
@@ -310,6 +333,7 @@ class KnobSpace:
         self.knobs: tuple[Knob, ...] = tuple(knobs)
         self._knob_at = {k.inst_index: k.position for k in knobs}
         self._choice_sets = [frozenset(k.choices) for k in knobs]
+        self.limits: tuple[ThreadLimit, ...] = thread_limits(self.insts, self._knob_at)  # GPU only
         self.default = self.config_of(self.trace)
 
     def _make_knob(self, position: int, inst_index: int, kind: str, sch: "Schedule", inputs: Any, attrs: Any) -> Knob:
@@ -332,13 +356,14 @@ class KnobSpace:
         return Knob(position, inst_index, kind, f"compute location of {block.name_hint}", ())
 
     def _categorical_name(self, inst_index: int) -> str:
-        """Categoricals feed an annotation (e.g. the unroll step): name them after its key."""
+        """Categoricals feed an annotation (e.g. the unroll step): name them after its key;
+        on GPUs one may size a thread-bound loop instead (AutoBind's thread count)."""
         out = self.insts[inst_index].outputs[0]
         for inst in self.insts[inst_index + 1 :]:
             uses = any(getattr(x, "same_as", None) and x.same_as(out) for x in inst.inputs)
             if inst.kind.name == "Annotate" and uses:
                 return str(inst.attrs[0]).removeprefix("meta_schedule.")
-        return f"categorical {inst_index}"
+        return thread_axis_sized_by(self.insts, inst_index) or f"categorical {inst_index}"
 
     # -- basic properties ------------------------------------------------------------------
 
@@ -351,7 +376,8 @@ class KnobSpace:
     @property
     def size(self) -> float:
         """Number of configurations: exact for unconditional knobs; each compute location
-        counts the locations valid under the design space's own decisions (an estimate)."""
+        counts the locations valid under the design space's own decisions (an estimate).
+        Tiles outside a GPU thread limit are counted too (an upper bound there)."""
         if self._size is None:
             total = 1.0
             for knob in self.knobs:
@@ -412,6 +438,13 @@ class KnobSpace:
                     return f"{knob.name}: {value!r} is not a loop index"
             elif not isinstance(value, (int, tuple)) or value not in allowed:
                 return f"{knob.name}: {value!r} is not one of its {len(knob.choices)} choices"
+        return self._limit_violation(config.decisions)
+
+    def _limit_violation(self, decisions: Sequence[Decision | None]) -> str | None:
+        for limit in self.limits:
+            problem = limit.violation(decisions)
+            if problem is not None:
+                return problem
         return None
 
     def schedule(
@@ -449,12 +482,25 @@ class KnobSpace:
 
     def sample(self, rng: np.random.Generator, max_attempts: int = 20) -> Candidate | None:
         """A random valid configuration: each knob uniform over its valid values, in trace
-        order (compute locations are drawn by TVM among the locations valid at that point)."""
+        order (compute locations are drawn by TVM among the locations valid at that point),
+        redrawn until the tiles keep the GPU thread limits."""
         for _ in range(max_attempts):
-            decisions = [None if k.conditional else k.choices[int(rng.integers(len(k.choices)))] for k in self.knobs]
+            decisions = self._draw(rng)
+            if decisions is None:
+                self.rejected["thread limits"] += 1
+                continue
             cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
             if cand is not None:
                 return cand
+        return None
+
+    def _draw(self, rng: np.random.Generator) -> list[Decision | None] | None:
+        """Uniform decisions within the thread limits (a draw costs microseconds, a replay
+        milliseconds); None if `_LIMIT_DRAWS` draws all break them."""
+        for _ in range(_LIMIT_DRAWS if self.limits else 1):
+            decisions = [None if k.conditional else k.choices[int(rng.integers(len(k.choices)))] for k in self.knobs]
+            if self._limit_violation(decisions) is None:
+                return decisions
         return None
 
     def valid_values(self, config: Config, position: int) -> tuple[Decision, ...]:
@@ -510,7 +556,7 @@ class KnobSpace:
             if knob.conditional:
                 options: Sequence[Decision] = [v for v in self.valid_values(config, position) if v != current]
             else:
-                options = [c for c in knob.choices if c != current]
+                options = [c for c in knob.choices if c != current and self._keeps_limits(config, position, c)]
             if not options:
                 continue
             decisions = list(config.decisions)
@@ -519,6 +565,13 @@ class KnobSpace:
             if cand is not None and cand.config != config:
                 return cand
         return None
+
+    def _keeps_limits(self, config: Config, position: int, value: Decision) -> bool:
+        if not self.limits:
+            return True
+        decisions = list(config.decisions)
+        decisions[position] = value
+        return self._limit_violation(decisions) is None
 
     # -- numeric embedding ------------------------------------------------------------------
 

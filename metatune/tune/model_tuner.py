@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from metatune import MetatuneError
-from metatune.encode.supergraph import GraphEncoder
+from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
@@ -105,7 +105,7 @@ def _best_us(latencies: list[float | None]) -> float | None:
 def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
     """Task name -> why metatune's cost model cannot encode it (None when it can)."""
 
-    encoder = GraphEncoder()
+    encoder = GraphEncoder(Template.for_target(target))
     out = {}
     for task in tasks:
         out[task.task_name] = uncovered_reason(task_context(task, target), encoder)

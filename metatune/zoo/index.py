@@ -28,9 +28,10 @@ def default_zoo_dir() -> Path:
     return Path(env) if env else REPO_ROOT / "zoo"
 
 
-def code_template_version() -> str:
-    """The super-graph template version of the installed encoder."""
-    return Template.load().version
+def code_template_version(arch: str) -> str:
+    """The super-graph template version of the installed encoder for a device architecture
+    (`cuda` programs have their own template; every CPU architecture shares one)."""
+    return Template.for_target("cuda" if arch == "cuda" else "cpu").version
 
 
 def version_number(version: str) -> int:

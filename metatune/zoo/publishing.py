@@ -29,10 +29,10 @@ def publish(run_dir: Path, root: Path | None = None, *, template_version: str | 
     card = read_run_card(run_dir)
     if not (run_dir / WEIGHTS_FILE).is_file():
         raise ZooError(f"{run_dir} has no {WEIGHTS_FILE}")
-    code_version = template_version if template_version is not None else index.code_template_version()
+    fp = DeviceFingerprint.from_json(card["device"])
+    code_version = template_version if template_version is not None else index.code_template_version(fp.arch)
     if card["template_version"] != code_version:
         raise TemplateVersionError(f"run {run_dir}", card["template_version"], code_version)
-    fp = DeviceFingerprint.from_json(card["device"])
     device_dir = root / fp.device_id
     device_dir.mkdir(parents=True, exist_ok=True)
 

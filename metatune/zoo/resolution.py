@@ -20,8 +20,15 @@ _AMD_FLAGS = dict(AMD_CLASSES)
 
 
 def fingerprint_from_id(device_id: str) -> DeviceFingerprint:
-    """A best-effort fingerprint from `<arch>-<cpu class>-<N>c` (flags implied by the class)."""
+    """A best-effort fingerprint from `<arch>-<cpu class>-<N>c` (flags implied by the class), or
+    from a GPU's `cuda-sm<XY>-<model>`."""
     arch, _, rest = device_id.partition("-")
+    if arch == "cuda":
+        compute, _, model = rest.partition("-")
+        if not re.fullmatch(r"sm[0-9]+", compute) or not re.fullmatch(r"[a-z0-9]+", model):
+            raise ZooError(f"bad device id {device_id!r}: expected cuda-smXY-MODEL, e.g. cuda-sm90-h100")
+        return DeviceFingerprint(arch=arch, vendor="NVIDIA", cpu_model=model, isa_class=compute, flags=(),
+                                 num_cores=0, llvm_host_cpu="", model=model)
     isa_class, _, cores = rest.rpartition("-")
     if not arch or not isa_class or not re.fullmatch(r"[1-9][0-9]*c", cores):
         raise ZooError(f"bad device id {device_id!r}: expected ARCH-CPU_CLASS-Nc, e.g. x86_64-znver3-2c")
@@ -50,9 +57,15 @@ def _vector_tier(flags: set[str]) -> int:
     return 1
 
 
+def _compute_capability(isa_class: str) -> int:
+    return int(isa_class[2:]) if re.fullmatch(r"sm[0-9]+", isa_class) else 0
+
+
 def _closeness(entry: ZooEntry, device: DeviceFingerprint) -> tuple:
     """Sort key, smaller is closer: vector width, ISA class distance, flag overlap (Jaccard),
-    core-count ratio, then the newest version."""
+    core-count ratio, then the newest version. GPUs: compute capability distance, then the newest."""
+    if device.arch == "cuda":
+        return (abs(_compute_capability(entry.isa_class) - _compute_capability(device.isa_class)), -entry.number)
     a, b = set(entry.flags), set(device.flags)
     jaccard = len(a & b) / len(a | b) if a | b else 1.0
     return (abs(_vector_tier(a) - _vector_tier(b)), _isa_distance(entry.isa_class, device.isa_class), -jaccard,
@@ -91,7 +104,7 @@ def resolve(device: DeviceFingerprint | str | None = None, root: Path | None = N
     if not family:
         raise NoCheckpointError(f"no zoo checkpoint for device {device.device_id} (family {device.isa_family}) "
                                 f"in {root}; {describe(entries)}; {TRAIN_HINT}")
-    code_version = template_version if template_version is not None else index.code_template_version()
+    code_version = template_version if template_version is not None else index.code_template_version(device.arch)
     usable = [e for e in family if e.template_version == code_version]
     stale = [e for e in family if e.template_version != code_version and e.device_id == device.device_id]
     exact = [e for e in usable if e.device_id == device.device_id]
@@ -100,10 +113,12 @@ def resolve(device: DeviceFingerprint | str | None = None, root: Path | None = N
     if usable:
         best = min(usable, key=lambda e: _closeness(e, device))
         shared = len(set(best.flags) & set(device.flags))
+        why = (f"compute capability {best.isa_class} vs {device.isa_class}" if device.arch == "cuda" else
+               f"ISA {best.isa_class} vs {device.isa_class}, {shared} of {len(set(device.flags))} flags shared, "
+               f"{best.num_cores} vs {device.num_cores} cores")
         message = (
             f"no zoo checkpoint for device {device.device_id}; using {best.id} trained on {best.device_id} "
-            f"(nearest in the {device.isa_family} family: ISA {best.isa_class} vs {device.isa_class}, "
-            f"{shared} of {len(set(device.flags))} flags shared, {best.num_cores} vs {device.num_cores} cores)"
+            f"(nearest in the {device.isa_family} family: {why})"
             + (f"; {', '.join(e.id for e in stale)} for this device use(s) an old template" if stale else "")
             + f". Predictions may be less accurate; {TRAIN_HINT}"
         )

@@ -54,7 +54,7 @@ def load_checkpoint(
     actual = sha256(data)
     if actual != entry.sha256:
         raise ChecksumError(str(entry.weights_path), entry.sha256, actual)
-    code_version = template_version if template_version is not None else index.code_template_version()
+    code_version = template_version if template_version is not None else index.code_template_version(entry.arch)
     if card["template_version"] != code_version:
         raise TemplateVersionError(f"checkpoint {entry.id}", card["template_version"], code_version)
     tensors, metadata = load_weights(data, str(entry.weights_path))
@@ -95,7 +95,6 @@ def verify(root: Path | None = None, entry_id: str | None = None, *,
     report = VerifyReport(root)
     try:
         entries = [get_entry(root, entry_id)] if entry_id else read_index(root)
-        code_version = template_version or (index.code_template_version() if entries else "")
     except ZooError as err:
         report.problems.append(err)
         return report
@@ -105,7 +104,7 @@ def verify(root: Path | None = None, entry_id: str | None = None, *,
         if entry.id in seen:
             report.problems.append(ZooError(f"{entry.id} appears twice in {INDEX_FILE}"))
         seen.add(entry.id)
-        found = _verify_entry(entry, code_version)
+        found = _verify_entry(entry, template_version or index.code_template_version(entry.arch))
         if found:
             report.failed.setdefault(entry.id, []).extend(found)
         report.problems += found

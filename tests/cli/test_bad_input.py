@@ -17,6 +17,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from metatune.fileio import REPO_ROOT
+from tests.dataset.gpu_sources import SHIPPED_GPU, write_source
 
 ZOO = REPO_ROOT / "zoo"
 
@@ -126,6 +127,38 @@ def corrupt_card(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return ["dataset", "info", str(tmp / "ds")], {}
 
 
+def dataset_import(source: Path, tmp: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+    return ["dataset", "import", str(source), "--out", str(tmp / "ds"), *extra], {}
+
+
+def torn_source(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """A MetaSchedule run killed in the middle of appending its third record."""
+    path = write_source(tmp / "src", records=3, failed=0) / "database_tuning_record.json"
+    path.write_text(path.read_text()[:-200])
+    return dataset_import(path.parent, tmp)
+
+
+def card_of(shipped: Path) -> Callable[[Path], Path]:
+    """A dataset folder holding only the card of a shipped dataset (its device is what counts)."""
+
+    def make(tmp: Path) -> Path:
+        (tmp / "ds").mkdir()
+        shutil.copy(shipped / "card.json", tmp / "ds" / "card.json")
+        return tmp / "ds"
+
+    return make
+
+
+def import_into_cpu_dataset(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    card_of(REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")(tmp)
+    return dataset_import(write_source(tmp / "src", records=2, failed=0), tmp)
+
+
+def build_into_gpu_dataset(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    card_of(SHIPPED_GPU)(tmp)
+    return build_spec(SPEC)(tmp)
+
+
 def db_is_a_file(tmp: Path) -> tuple[list[str], dict[str, str]]:
     (tmp / "db").write_text("")
     return ["tune", "--workload", "dense:m=16,n=16,k=16", "--db", str(tmp / "db")], {}
@@ -186,6 +219,23 @@ CASES: list[tuple[str, Build, str]] = [
     # datasets
     ("dataset info without a card", lambda tmp: (["dataset", "info", str(tmp)], {}), "is not a dataset"),
     ("dataset card not JSON", corrupt_card, "not a readable dataset card"),
+    ("dataset build into another device's dataset", build_into_gpu_dataset, "holds measurements of cuda-sm90-h100"),
+    # dataset import
+    ("import source missing", lambda tmp: dataset_import(tmp / "nope", tmp), "no such file or directory"),
+    ("import not a database", lambda tmp: dataset_import(tmp, tmp), "is not a TVM database"),
+    ("import torn record line", torn_source, "line 3 of database_tuning_record.json is not a tuning record"),
+    ("import workload mismatch",
+     lambda tmp: dataset_import(write_source(tmp / "src", records=2, failed=0, meta=False), tmp,
+                                "--workload", "dense:m=1,n=64,k=128"),
+     "the database's workload is not dense:m=1,n=64,k=128"),
+    ("import without a workload", lambda tmp: dataset_import(write_source(tmp / "src", records=2, meta=False), tmp),
+     "has no meta.json naming its workload"),
+    ("import bad split",
+     lambda tmp: dataset_import(write_source(tmp / "src", records=2, meta=False), tmp, "--workload",
+                                "dense:m=1,n=64,k=256", "--split", "test"),
+     "split 'test' is neither train nor heldout"),
+    ("import into another device's dataset", import_into_cpu_dataset,
+     "holds measurements of x86_64-sapphirerapids-2c, these records are of cuda-sm90-h100"),
 ]
 
 

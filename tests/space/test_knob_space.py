@@ -1,4 +1,6 @@
-"""Knob spaces: every family's design spaces as explicit, round-trippable search spaces."""
+"""Knob spaces: every family's design spaces as explicit, round-trippable search spaces, on
+this machine's CPU and on an H100 (CUDA design spaces are generated and replayed anywhere; only
+building and timing kernels needs the GPU, so the CUDA cases never do)."""
 
 from __future__ import annotations
 
@@ -16,14 +18,27 @@ from metatune.space.knob_space import (
     Candidate,
     Config,
     KnobSpace,
+    SearchSpace,
     perfect_tilings,
 )
 from metatune.workload.operators import FAMILIES
 from tests.conftest import SMALL_SHAPES
 from tests.conftest import local_target as target
 from tests.conftest import small_search_space as search_space
+from tests.space.cuda import H100, cuda_search_space
 
 SMALL = {family: text.split(":", 1)[1] for family, text in SMALL_SHAPES.items()}
+DEVICES = ["cpu", "cuda"]
+# TVM 0.27 generates no CUDA design space for winograd (tests/space/test_gpu_space.py)
+CUDA_FAMILIES = sorted(f for f in SMALL if f != "conv2d_winograd")
+
+
+def space_on(device: str, family: str) -> SearchSpace:
+    return search_space(family) if device == "cpu" else cuda_search_space(family)
+
+
+def target_of(device: str) -> tvm.target.Target:
+    return target() if device == "cpu" else tvm.target.Target(H100)
 
 
 def test_small_shapes_cover_every_family():
@@ -40,9 +55,9 @@ def test_perfect_tilings_match_brute_force():
     assert len(perfect_tilings(12, 2)) == 6
 
 
-@pytest.mark.parametrize("family", sorted(SMALL))
-def test_every_design_space_samples_round_trips(family):
-    space = search_space(family)
+@pytest.mark.parametrize("device, family", [("cpu", f) for f in sorted(SMALL)] + [("cuda", f) for f in CUDA_FAMILIES])
+def test_every_design_space_samples_round_trips(device, family):
+    space = space_on(device, family)
     expected_spaces = 9 if family == "conv2d_winograd" else 3
     assert len(space) == expected_spaces
     rng = np.random.default_rng(7)
@@ -51,6 +66,7 @@ def test_every_design_space_samples_round_trips(family):
         sampling = [i for i in ks.insts if i.kind.name.startswith("Sample")]
         assert len(ks.knobs) == len(sampling) > 0
         assert {k.kind for k in ks.knobs} <= {TILE, CATEGORICAL, COMPUTE_LOCATION}
+        assert bool(ks.limits) == (device == "cuda")  # a thread limit on every CUDA space, none on CPUs
         for knob in ks.knobs:
             if knob.kind == TILE:
                 assert knob.choices and all(math.prod(c) == math.prod(knob.choices[0]) for c in knob.choices)
@@ -60,6 +76,7 @@ def test_every_design_space_samples_round_trips(family):
             config = cand.config
             assert ks.check(config) is None
             assert hash(config) == hash(Config.from_json(config.to_json()))
+            assert space.embed(config).shape == (space.embedding_dim,)
             # schedule -> trace -> configuration, exactly, through either entry point
             assert ks.config_of(cand) == config
             assert space.config_of(cand.trace) == config
@@ -115,11 +132,12 @@ def test_winograd_candidates_are_correct_or_typed_wrong_results_never_timed():
             assert result.failure == FailureKind.WRONG_RESULT and not result.latencies_s, result.message
 
 
-def test_tuning_record_through_json_database_round_trips(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_tuning_record_through_json_database_round_trips(device, tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    space = search_space("conv2d")
+    space = space_on(device, "conv2d")
     rng = np.random.default_rng(3)
     cands = [space.sample(rng) for _ in range(4)]
     paths = dict(path_workload=str(tmp_path / "wl.json"), path_tuning_record=str(tmp_path / "rec.json"))
@@ -127,14 +145,15 @@ def test_tuning_record_through_json_database_round_trips(tmp_path):
     workload = db.commit_workload(space.spaces.mod)
     for i, cand in enumerate(cands):
         args = ArgInfo.from_entry_func(cand.sch.mod, remove_preproc=True)
-        db.commit_tuning_record(ms.database.TuningRecord(cand.trace, workload, [1e-3 * (i + 1)], target(), args))
+        db.commit_tuning_record(ms.database.TuningRecord(cand.trace, workload, [1e-3 * (i + 1)], target_of(device), args))
     reread = ms.database.JSONDatabase(**paths).get_all_tuning_records()
     got = sorted((float(r.run_secs[0]), space.config_of(r)) for r in reread)
     assert [c for _, c in got] == [c.config for c in cands]
 
 
-def test_configs_from_the_existing_random_sampler_round_trip():
-    space = search_space("depthwise_conv2d")
+@pytest.mark.parametrize("device", DEVICES)
+def test_configs_from_the_existing_random_sampler_round_trip(device):
+    space = space_on(device, "depthwise_conv2d")
     for cand in space.spaces.random_candidates(4, seed=5):
         config = space.config_of(cand)
         assert config.space == cand.space_index
@@ -143,17 +162,25 @@ def test_configs_from_the_existing_random_sampler_round_trip():
     assert Candidate(0, cand.sch).config is None  # the old constructor still works
 
 
-def test_invalid_configurations_are_reported_not_raised():
-    space = search_space("conv2d")
+@pytest.mark.parametrize("device", DEVICES)
+def test_invalid_configurations_are_reported_not_raised(device):
+    space = space_on(device, "conv2d")
     ks = space[0]
     good = ks.default
     tile = next(k for k in ks.knobs if k.kind == TILE and len(k.choices) > 1)
     bad_tile = list(good.decisions)
-    bad_tile[tile.position] = (999, 1, 1, 1)
+    bad_tile[tile.position] = (999,) + (1,) * (len(good.decisions[tile.position]) - 1)
     assert ks.schedule(good._replace(decisions=tuple(bad_tile))) is None
     assert ks.schedule(good._replace(decisions=good.decisions[:-1])) is None
     assert ks.schedule(good._replace(space=1)) is None
     assert space.schedule(Config(len(space), good.decisions)) is None
+
+
+def test_an_unusable_compute_location_is_snapped():
+    """CPU only: CUDA's design spaces inline the padding, so they have no compute-location knob."""
+    space = search_space("conv2d")
+    ks = space[0]
+    good = ks.default
     # a compute location TVM cannot use is snapped: strict refuses, lenient reports the snap
     loc = next(k for k in ks.knobs if k.kind == COMPUTE_LOCATION)
     valid = ks.valid_values(good, loc.position)
@@ -171,15 +198,16 @@ def test_invalid_configurations_are_reported_not_raised():
         assert ks.schedule(good._replace(decisions=tuple(decisions)), postprocess=False, strict=True) is not None
 
 
-def test_neighbours_change_one_knob():
+@pytest.mark.parametrize("device", DEVICES)
+def test_neighbours_change_one_knob(device):
     rng = np.random.default_rng(0)
-    dense = search_space("dense")
+    dense = space_on(device, "dense")
     cand = dense.sample(rng)
     for _ in range(5):
         nb = dense.neighbour(cand.config, rng)
         assert nb is not None and nb.config.space == cand.config.space
         assert sum(a != b for a, b in zip(nb.config.decisions, cand.config.decisions)) == 1
-    conv = search_space("conv2d")
+    conv = space_on(device, "conv2d")
     cand = conv.sample(rng)
     for _ in range(5):
         nb = conv.neighbour(cand.config, rng)
@@ -188,25 +216,39 @@ def test_neighbours_change_one_knob():
         assert sum(not k.conditional for k in changed) <= 1 and changed  # plus snapped locations
 
 
-def test_embedding_and_size():
-    dense = search_space("dense")
+# dense 16x32x24: on CPUs 16 = 2^4 and 32 = 2^5 into 4 factors, the 8 divisors of 24, 4 unroll
+# steps; on CUDA 16 and 32 into 5 factors, 24 = 2^3 * 3 into 3, two cooperative-fetch widths of
+# 4 and 8 unroll steps (thread-limit breakers are counted too: `size` is an upper bound there)
+DENSE_SIZES = {"cpu": 35 * 56 * 8 * 4, "cuda": 70 * 126 * 30 * 4 * 4 * 8}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_embedding_and_size(device):
+    dense = space_on(device, "dense")
     ks = dense[0]
     config = ks.default
     emb = ks.embed(config)
     assert emb.shape == (ks.embedding_dim,) == (len(ks.embedding_names()),)
-    assert list(emb[:4]) == [math.log2(f) for f in config.decisions[0]]
-    assert emb[-4:].sum() == 1.0 and emb[-4 + config.decisions[-1]] == 1.0
-    # 16 = 2^4 and 32 = 2^5 into 4 factors, the 8 divisors of 24, 4 unroll steps
-    assert ks.size == math.prod(len(k.choices) for k in ks.knobs) == 35 * 56 * 8 * 4
+    first = len(config.decisions[0])
+    assert list(emb[:first]) == [math.log2(f) for f in config.decisions[0]]
+    unroll = ks.knobs[-1]
+    assert unroll.kind == CATEGORICAL and unroll.name == "unroll_explicit"
+    width = unroll.embedding_width
+    assert emb[-width:].sum() == 1.0 and emb[-width + config.decisions[-1]] == 1.0
+    assert ks.size == math.prod(len(k.choices) for k in ks.knobs) == DENSE_SIZES[device]
     assert dense.size == 3 * ks.size
     widths = {dense.embed(c.config).shape for c in dense.sample_candidates(6, seed=1)}
     assert widths == {(dense.embedding_dim,)}
+
+
+def test_a_compute_location_counts_its_valid_locations():
     conv = search_space("conv2d")
     assert conv[0].size > math.prod(len(k.choices) for k in conv[0].knobs if not k.conditional)
 
 
-def test_sample_candidates_are_distinct_and_respect_exclude():
-    space = search_space("batch_matmul")
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_candidates_are_distinct_and_respect_exclude(device):
+    space = space_on(device, "batch_matmul")
     first = space.sample_candidates(6, seed=2)
     assert len({c.config for c in first}) == 6
     more = space.sample_candidates(6, seed=2, exclude={c.config for c in first})

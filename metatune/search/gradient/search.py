@@ -35,6 +35,7 @@ import torch
 
 from metatune import MetatuneError
 from metatune.encode import layout
+from metatune.encode.features import FEATURE_NAMES
 from metatune.encode.supergraph import GraphEncoder
 from metatune.search.base import SearchLogic, SearchStats, create_strategy
 from metatune.search.gradient import NotDifferentiable
@@ -137,7 +138,11 @@ class _GradientLogic(SearchLogic):
         if self.cost_model is None or not hasattr(self.cost_model, "adapted_params"):
             raise MetatuneError("GradientSearch descends through a MetaTuneCostModel: "
                                 "pass it as GradientSearch(cost_model)")
-        self.variants = Variants(self.space, self.cost_model.trained.builder, GraphEncoder(), self.rng,
+        template = self.cost_model.trained.builder.template
+        if template.features != FEATURE_NAMES:
+            raise MetatuneError("gradient search differentiates the CPU loop features only; this checkpoint "
+                                "encodes GPU programs: use --strategy metatune")
+        self.variants = Variants(self.space, self.cost_model.trained.builder, GraphEncoder(template), self.rng,
                                  self.settings.probes)
         self.stats.variants = len(self.variants)
         usable = [self.variants.model(next(v for v in self.variants.usable() if v.space == ks.index))
