@@ -80,8 +80,14 @@ def tuning_console(db_dir: Path, verbose: bool, title: str, trials: int) -> Iter
         yield show
 
 
-def check_options(trials: int, db: Optional[Path], checkpoint: str) -> None:
-    """Reject bad --trials, --db and --checkpoint in seconds, before TVM's setup (which takes far longer)."""
+def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str = "local",
+                  target: Optional[str] = None) -> None:
+    """Reject bad --trials, --db, --checkpoint and a local --target this machine cannot run in seconds,
+    before TVM's setup (which takes far longer)."""
+    if runner == "local":
+        from metatune.env.device import fingerprint_for_target, require_runnable
+
+        require_runnable(fingerprint_for_target(target))
     if trials > MAX_TRIALS:
         raise MetatuneError(f"--trials {trials} is more than {MAX_TRIALS}")
     if db is not None and db.exists() and not db.is_dir():
@@ -98,7 +104,7 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     """`--workload TEXT`: one operator, checked against NumPy; `--model NAME` goes to `run_tune_model`."""
     if (workload_text is None) == (model is None):
         raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
-    check_options(trials, db, checkpoint)
+    check_options(trials, db, checkpoint, runner, target)
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose)

@@ -324,7 +324,8 @@ def _require_gpu(device: DeviceFingerprint) -> None:
     """Measure a GPU's programs only on that GPU: an A100's timings filed as an H100's would mix devices."""
     info = local_gpu()
     if info is None:
-        raise MetatuneError(f"target {device.target} needs a cuda device and this machine has none")
+        raise MetatuneError(f"target {device.device_id} needs an NVIDIA GPU and this machine has none TVM can use: "
+                            "encode for it here, measure on such a GPU (or over RPC)")
     here = fingerprint_for_gpu(info)
     if device.model != UNKNOWN_MODEL and device.device_id != here.device_id:
         raise MetatuneError(f"target {device.target} is a {device.device_id}; this machine's GPU is {info.name} "
