@@ -23,7 +23,7 @@ from metatune import MetatuneError
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-from metatune.env.device import local_fingerprint, usable_cores
+from metatune.env.device import fingerprint_for_target, local_fingerprint, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
 from metatune.tune.tuner import STRATEGIES, tune_workload
@@ -118,7 +118,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     threads = _tvm_threads()
     references = _load_references(config.out)
     if config.references and "fp32_peak_gflops" not in references:
-        _measure_peak(threads, references, echo)
+        _measure_peak(threads, references, echo, reference_device(config.target))
         write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
@@ -148,7 +148,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
-            _measure_reference(bench_workload, threads, references, echo)
+            _measure_reference(bench_workload, threads, references, echo, reference_device(config.target))
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
@@ -162,24 +162,32 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
     threads = _tvm_threads()
     old = _load_references(config.out)
     references: dict[str, Any] = {"torch": {}}
-    _measure_peak(threads, references, echo)
+    device = reference_device(config.target)
+    _measure_peak(threads, references, echo, device)
     for bench_workload in suite:
         echo(f"measuring PyTorch eager on {bench_workload.name}")
-        _measure_reference(bench_workload, threads, references, echo)
+        _measure_reference(bench_workload, threads, references, echo, device)
     write_json(config.out / REFERENCES_FILE, references)
     return changes(old, references)
 
 
-def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None]) -> None:
-    echo(f"measuring the fp32 peak ({threads} threads, matmul)")
-    references.update(fp32_peak(threads), threads=threads)
+def reference_device(target: str | None) -> str:
+    """Where PyTorch's references run: on the GPU for a CUDA target (cuDNN/cuBLAS), else the CPU."""
+    return "cuda" if fingerprint_for_target(target).arch == "cuda" else "cpu"
+
+
+def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: str) -> None:
+    echo(f"measuring the fp32 peak ({device}, {threads} threads, matmul)")
+    references.update(fp32_peak(threads, device=device), threads=threads)
+    if device != "cpu":
+        references["device"] = device
     if line := warning("the fp32 peak", references["fp32_peak"]):
         echo(line)
 
 
 def _measure_reference(bench_workload: BenchWorkload, threads: int, references: dict[str, Any],
-                       echo: Callable[[str], None]) -> None:
-    entry = torch_reference(bench_workload.workload, threads)
+                       echo: Callable[[str], None], device: str) -> None:
+    entry = torch_reference(bench_workload.workload, threads, device=device)
     if line := warning(f"PyTorch eager on {bench_workload.name}", entry):
         echo(line)
     references.setdefault("torch", {})[bench_workload.name] = entry

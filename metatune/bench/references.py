@@ -20,9 +20,10 @@ PEAK_MATMUL_SIZE = 4096
 PEAK_PASS_S = 2.0  # a 4096³ matmul takes about half a second on two cores
 
 
-def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S) -> dict[str, Any]:
-    """PyTorch eager on the workload, checked against NumPy: its references.json entry."""
-    timing = compare(ReferenceSpec.operator(workload, threads, pass_s), None)
+def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S, device: str = "cpu") -> dict[str, Any]:
+    """PyTorch eager on the workload (on `device`: cpu, or cuda for cuDNN/cuBLAS), checked against
+    NumPy: its references.json entry."""
+    timing = compare(ReferenceSpec.operator(workload, threads, pass_s, device), None)
     assert timing.flops is not None
     median_s = timing.reference.median_ms / 1e3
     return {"workload": str(workload), "latency_us": round(median_s * 1e6, 3),
@@ -32,10 +33,10 @@ def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S) ->
             "load_average": [round(load, 2) for load in timing.load_average]}
 
 
-def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE) -> dict[str, Any]:
-    """Measured fp32 throughput of a size³ matmul (what this machine sustains in practice):
-    `fp32_peak_gflops` (the median pass) and `fp32_peak` (every pass, spread, stability)."""
-    timing = compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S), None)
+def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE, device: str = "cpu") -> dict[str, Any]:
+    """Measured fp32 throughput of a size³ matmul (what this machine, or its GPU, sustains in
+    practice): `fp32_peak_gflops` (the median pass) and `fp32_peak` (every pass, spread, stability)."""
+    timing = compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S, device), None)
     flops = 2.0 * size**3
     passes = [round(flops / ms / 1e6, 1) for ms in timing.reference.passes_ms]
     return {"fp32_peak_gflops": round(flops / timing.reference.median_ms / 1e6, 1),

@@ -58,16 +58,20 @@ Kind = Literal["operator", "model", "matmul"]
 class ReferenceSpec:
     """What the reference process times: a workload's PyTorch operator (`name` = workload text),
     a model of the registry in eval mode with BatchNorm folded (`name` = model name), or a
-    `name`³ fp32 matmul (the machine's practical peak)."""
+    `name`³ fp32 matmul (the machine's practical peak). On `cuda` it runs on GPU 0 (cuDNN/cuBLAS,
+    TF32 off so that it computes what TVM's fp32 kernels compute, cuDNN's autotuner on), and
+    every timed block ends with a device synchronisation."""
 
     kind: Kind
     name: str
     threads: int
     pass_s: float = PASS_S
+    device: str = "cpu"
 
     @classmethod
-    def operator(cls, workload: Workload, threads: int, pass_s: float = PASS_S) -> "ReferenceSpec":
-        return cls("operator", str(workload), threads, pass_s)
+    def operator(cls, workload: Workload, threads: int, pass_s: float = PASS_S,
+                 device: str = "cpu") -> "ReferenceSpec":
+        return cls("operator", str(workload), threads, pass_s, device)
 
 
 @dataclass(frozen=True)
@@ -288,19 +292,21 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float]
 
     if spec.kind == "matmul":
         size = int(spec.name)
-        a, b = torch.randn(size, size), torch.randn(size, size)
+        a, b = torch.randn(size, size, device=spec.device), torch.randn(size, size, device=spec.device)
         return lambda: torch.mm(a, b), 2.0 * size**3, 0.0
     if spec.kind == "operator":
         workload = Workload.parse(spec.name)
         inputs = workload.random_inputs(seed=0)
-        tensors = [torch.from_numpy(x) for x in inputs]
+        tensors = [torch.from_numpy(x).to(spec.device) for x in inputs]
         op = torch_operator(workload)
         with torch.inference_mode():
-            out = op(*tensors).numpy()
+            out = op(*tensors).cpu().numpy()
         error = output_error(out, workload.reference(inputs))
         if not error <= OPERATOR_RTOL:
             raise WrongResultError(f"PyTorch reference of {workload} differs from NumPy (max rel. error {error:.2e})")
         return lambda: op(*tensors), float(workload.flops), error
+    if spec.device != "cpu":
+        raise MetatuneError(f"whole-model references run on the CPU only, not {spec.device}")
     model = get_model(spec.name)
     module, example = model.build(), model.example_input()
     folded, _, _ = fold_batchnorm(module)
@@ -310,6 +316,21 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float]
         raise WrongResultError(f"{spec.name} with BatchNorm folded differs from the unfolded network "
                                f"(max rel. error {error:.2e})")
     return lambda: folded(example), None, error
+
+
+def _synchronized(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
+    """`fn` followed by a wait for the GPU: kernel launches return at once, so without it a block
+    would time launches, not kernels. Every call waits, as TVM's runner times each kernel run."""
+    if device == "cpu":
+        return fn
+    import torch
+
+    def call() -> Any:
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    return call
 
 
 def _calls_per_block(fn: Callable[[], Any]) -> int:
@@ -341,8 +362,13 @@ def _serve(spec: ReferenceSpec, replies: IO[str]) -> None:
         replies.flush()
 
     torch.set_num_threads(spec.threads)
+    if spec.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
     try:
         fn, flops, error = _build(spec)
+        fn = _synchronized(fn, spec.device)
     except WrongResultError as err:
         return reply(wrong_result=str(err))
     except MetatuneError as err:

@@ -114,3 +114,24 @@ def test_a_reference_that_cannot_be_built_is_one_error_not_a_hang():
     spec = ReferenceSpec.operator(Workload.parse("conv2d_bias:n=1,c=8,h=14,w=14,k=16,r=1,s=1,stride=2,pad=0"), 1)
     with pytest.raises(MetatuneError, match="no PyTorch reference for family 'conv2d_bias'"):
         compare(spec, None)
+
+
+def _torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _torch_has_cuda(), reason="needs PyTorch with an NVIDIA GPU")
+def test_a_cuda_reference_is_timed_on_the_gpu_and_checked_against_numpy():
+    """cuDNN's conv2d (TF32 off) agrees with NumPy, and a synchronised pass takes the kernel's time."""
+    workload = Workload.parse("conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1")
+    timing = compare(ReferenceSpec.operator(workload, threads=1, pass_s=0.2, device="cuda"), None)
+    assert timing.max_rel_error < 1e-4
+    gflops = timing.flops / (timing.reference.median_ms / 1e3) / 1e9
+    assert 100 < gflops < 100_000  # a launch-only timing would read far above any GPU's fp32 peak
+
+
+def test_whole_model_references_stay_on_the_cpu():
+    with pytest.raises(MetatuneError, match="CPU only"):
+        compare(ReferenceSpec("model", "tinycnn", 1, device="cuda"), None)
