@@ -26,6 +26,7 @@ from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
 from metatune.env.device import fingerprint_for_target, local_fingerprint, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
+from metatune.measure.check import device_type
 from metatune.tune.tuner import STRATEGIES, tune_workload
 
 REFERENCES_FILE = "references.json"
@@ -116,9 +117,10 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     suite = load_suite(config.suite)
     runs = plan(suite, config.strategies, config.repeats)
     threads = _tvm_threads()
+    device = reference_device(config.target)
     references = _load_references(config.out)
     if config.references and "fp32_peak_gflops" not in references:
-        _measure_peak(threads, references, echo, reference_device(config.target))
+        _measure_peak(threads, references, echo, device)
         write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
@@ -148,7 +150,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
-            _measure_reference(bench_workload, threads, references, echo, reference_device(config.target))
+            _measure_reference(bench_workload, threads, references, echo, device)
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
@@ -173,7 +175,7 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
 
 def reference_device(target: str | None) -> str:
     """Where PyTorch's references run: on the GPU for a CUDA target (cuDNN/cuBLAS), else the CPU."""
-    return "cuda" if fingerprint_for_target(target).arch == "cuda" else "cpu"
+    return device_type(fingerprint_for_target(target).tvm_target())
 
 
 def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: str) -> None:

@@ -142,18 +142,19 @@ def _gpu_features(program: LoopProgram, owner: Sequence[int]) -> np.ndarray:
             # The stage's own loops (below its compute-at point) enumerate one tile of the buffer.
             shared_bytes += b.write.element_bytes * math.prod(loops[i].extent for i in b.chain if owner[i] == b.index)
     program_wide = (_log(shared_bytes), _log(global_accesses / max(threads, 1)))
+    per_block: dict[int, tuple[float, ...]] = {}  # the owner block's columns 3..8, shared by its loops
     for lp in loops:
         row = feats[lp.index]
         col = _THREAD_COLUMN.get(_thread_axis(lp.thread))
         if col is not None:
             row[col] = 1.0
-        blk = blocks[owner[lp.index]]
-        row[3] = _log(launch(blk.chain, "threadIdx"))
-        row[4] = _log(launch(blk.chain, "blockIdx"))
-        scope = blk.write.scope if blk.write is not None else "global"
-        row[5] = 1.0 if scope == "shared" else 0.0
-        row[6] = 1.0 if scope == "local" else 0.0
-        row[7], row[8] = program_wide
+        b = owner[lp.index]
+        if b not in per_block:
+            blk = blocks[b]
+            scope = blk.write.scope if blk.write is not None else "global"
+            per_block[b] = (_log(launch(blk.chain, "threadIdx")), _log(launch(blk.chain, "blockIdx")),
+                            float(scope == "shared"), float(scope == "local"), *program_wide)
+        row[3:9] = per_block[b]
     return feats
 
 

@@ -60,7 +60,7 @@ class ReferenceSpec:
     a model of the registry in eval mode with BatchNorm folded (`name` = model name), or a
     `name`³ fp32 matmul (the machine's practical peak). On `cuda` it runs on GPU 0 (cuDNN/cuBLAS,
     TF32 off so that it computes what TVM's fp32 kernels compute, cuDNN's autotuner on), and
-    every timed block ends with a device synchronisation."""
+    every timed call ends with a device synchronisation."""
 
     kind: Kind
     name: str

@@ -82,7 +82,8 @@ def test_the_json_carries_every_pass_of_both_sides_in_alternating_order(target):
     for side in (tvm, reference):
         assert side["median_ms"] == pytest.approx(statistics.median(side["passes_ms"]), rel=1e-3)
         assert 1 + side["spread"] == pytest.approx(max(side["passes_ms"]) / min(side["passes_ms"]), rel=1e-3)
-    assert data["spec"] == {"kind": "operator", "name": str(WORKLOAD), "threads": usable_cores(), "pass_s": PASS_S}
+    assert data["spec"] == {"kind": "operator", "name": str(WORKLOAD), "threads": usable_cores(), "pass_s": PASS_S,
+                            "device": "cpu"}
     assert data["process"] == "fresh" and data["flops"] == WORKLOAD.flops and reference["max_rel_error"] < 1e-4
     assert data["unstable"] == bool(data["reasons"]) and len(data["load_average"]) == 2
     if data["unstable"]:
