@@ -192,7 +192,8 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert result["verified"] and result["max_rel_error"] < 1e-4
     assert result["model_latency_ms"] > 0 and result["torch_latency_ms"] > 0
     comparison = result["comparison"]  # PyTorch eager timed in its own process, passes alternating with TVM's
-    assert comparison["spec"] == {"kind": "model", "name": "tinycnn", "threads": result["threads"], "pass_s": 1.0}
+    assert comparison["spec"] == {"kind": "model", "name": "tinycnn", "threads": result["threads"], "pass_s": 1.0,
+                                  "device": "cpu"}
     assert len(comparison["tvm"]["passes_ms"]) == len(comparison["reference"]["passes_ms"]) == 3
     assert result["model_latency_ms"] == pytest.approx(comparison["tvm"]["median_ms"], abs=5e-4)
     assert result["torch_latency_ms"] == pytest.approx(comparison["reference"]["median_ms"], abs=5e-4)
