@@ -47,7 +47,7 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
 
 def model_table(out: Path) -> str:
     """Model latency per strategy (median of repeats) against PyTorch eager, from the run JSONs;
-    no ratio (`unstable`) when any repeat's timing passes disagreed."""
+    no ratio (`unstable`) when any repeat's timing was unstable."""
     runs = [json.loads(p.read_text()) for p in sorted((out / "model").glob("*/*.json"))]
     if not runs:
         return ""

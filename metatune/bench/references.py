@@ -5,8 +5,9 @@
   belongs to the same computation.
 * The machine's measured fp32 peak: a large matmul in PyTorch.
 Both are timed by `metatune.measure.reference_timing` (a fresh process, several passes, their
-median and spread); an entry whose passes disagree is marked `unstable`, and the tables give no
-ratio against it. Each entry of references.json keeps every pass.
+median with its 95% interval); an entry timed unstably (a wide interval, or other processes on
+the cores) is marked `unstable`, and the tables give no ratio against it. Each entry of
+references.json keeps every pass.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from metatune.measure.reference_timing import PASS_S, ReferenceSpec, compare
 from metatune.workload.operators import Workload
 
 PEAK_MATMUL_SIZE = 4096
-PEAK_PASS_S = 2.0  # a 4096³ matmul takes about half a second on two cores
+PEAK_PASS_S = 1.0  # a 4096³ matmul takes about half a second on two cores
 
 
 def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S, device: str = "cpu") -> dict[str, Any]:
@@ -25,11 +26,14 @@ def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S, de
     NumPy: its references.json entry."""
     timing = compare(ReferenceSpec.operator(workload, threads, pass_s, device), None)
     assert timing.flops is not None
+    estimate = timing.reference.estimate
     median_s = timing.reference.median_ms / 1e3
     return {"workload": str(workload), "latency_us": round(median_s * 1e6, 3),
             "gflops": round(timing.flops / median_s / 1e9, 3), "max_rel_error": timing.max_rel_error,
             "spread": round(timing.reference.spread, 4), "unstable": timing.unstable, "reasons": list(timing.reasons),
             "passes_us": [round(ms * 1e3, 3) for ms in timing.reference.passes_ms],
+            "interval_us": [round(ms * 1e3, 3) for ms in (estimate.low, estimate.high)],
+            "other_cores": round(timing.other_cores, 3),
             "load_average": [round(load, 2) for load in timing.load_average]}
 
 
@@ -39,19 +43,21 @@ def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE, device: str = "cpu") -
     timing = compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S, device), None)
     flops = 2.0 * size**3
     passes = [round(flops / ms / 1e6, 1) for ms in timing.reference.passes_ms]
+    estimate = timing.reference.estimate
     return {"fp32_peak_gflops": round(flops / timing.reference.median_ms / 1e6, 1),
             "fp32_peak": {"size": size, "passes_gflops": passes, "spread": round(timing.reference.spread, 4),
-                          "unstable": timing.unstable, "reasons": list(timing.reasons),
+                          "interval_gflops": [round(flops / ms / 1e6, 1) for ms in (estimate.high, estimate.low)],
+                          "other_cores": round(timing.other_cores, 3), "unstable": timing.unstable, "reasons": list(timing.reasons),
                           "load_average": [round(load, 2) for load in timing.load_average]}}
 
 
 def peak_unstable(references: dict[str, Any]) -> bool:
-    """Whether the fp32 peak's passes disagreed (references measured before passes were kept: no)."""
+    """Whether the fp32 peak's timing was unstable (references measured before passes were kept: no)."""
     return bool(references.get("fp32_peak", {}).get("unstable"))
 
 
 def warning(label: str, entry: dict[str, Any]) -> str | None:
-    """The line to show when a reference's passes disagreed, else None."""
+    """The line to show when a reference's timing was unstable, else None."""
     if not entry.get("unstable"):
         return None
     return (f"warning: {label} is unstable ({'; '.join(entry['reasons'])}): the machine was busy; the tables "
@@ -60,17 +66,22 @@ def warning(label: str, entry: dict[str, Any]) -> str | None:
 
 def changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """Markdown: each reference before and after re-measuring, and by how much it moved."""
-    lines = ["| reference | before | after | change | after: spread | after: unstable |", "|" + "---|" * 6]
+    lines = ["| reference | before | after | change | after: 95% interval | after: spread | after: unstable |",
+             "|" + "---|" * 7]
 
-    def row(name: str, before: float | None, after: float, spread: float, unstable: bool) -> None:
+    def row(name: str, before: float | None, after: float, interval: list[float], spread: float,
+            unstable: bool) -> None:
         change = "—" if not before else f"{after / before - 1:+.1%}"
         lines.append(f"| {name} | {'—' if before is None else f'{before:.1f}'} | {after:.1f} | {change} | "
-                     f"{spread:.1%} | {unstable} |")
+                     f"{interval[0]:.1f}–{interval[1]:.1f} | {spread:.1%} | {unstable} |")
 
     if "fp32_peak_gflops" in new:
         peak = new["fp32_peak"]
-        row("fp32 peak GFLOPS", old.get("fp32_peak_gflops"), new["fp32_peak_gflops"], peak["spread"], peak["unstable"])
+        row("fp32 peak GFLOPS", old.get("fp32_peak_gflops"), new["fp32_peak_gflops"], peak["interval_gflops"],
+            peak["spread"], peak["unstable"])
     for name, entry in new.get("torch", {}).items():
         before = old.get("torch", {}).get(name, {}).get("gflops")
-        row(f"{name} PyTorch GFLOPS", before, entry["gflops"], entry["spread"], entry["unstable"])
+        flops_per_us = entry["gflops"] * entry["latency_us"]  # GFLOPS × µs = kFLOP: the operator's work
+        interval = [flops_per_us / latency for latency in reversed(entry["interval_us"])]
+        row(f"{name} PyTorch GFLOPS", before, entry["gflops"], interval, entry["spread"], entry["unstable"])
     return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 
 Numbers over repeats are medians. "vs xgb" ratios are best-latency speed-ups over TVM's default
 tuner at the same budget, combined over workloads by geometric mean. A reference whose timing
-passes disagreed (references.py) is shown, but no ratio is taken against it: `unstable`.
+timing was unstable (references.py) is shown, but no ratio is taken against it: `unstable`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from metatune.bench.harness import REFERENCES_FILE
 from metatune.bench.references import peak_unstable
-from metatune.measure.reference_timing import SPREAD_LIMIT
+from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
 from metatune.workload.operators import Workload
 
 BASELINE = "xgb"
@@ -117,7 +117,7 @@ def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
 
 
 def _percent_of(value: float | None, reference: float | None, unstable: bool) -> str:
-    """`value` as a share of a reference, or `unstable` when the reference's passes disagreed."""
+    """`value` as a share of a reference, or `unstable` when the reference's timing was unstable."""
     if value and reference and unstable:
         return "unstable"
     return _fmt(100 * value / reference if value and reference else None, 0, "%")
@@ -127,8 +127,9 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
     names, strategies = workload_order(runs), strategy_order(runs)
     torch_refs = references.get("torch", {})
     peak = references.get("fp32_peak_gflops")
-    how = (f", each the median of its passes in a fresh process (`unstable`: its passes disagreed by more than "
-           f"{SPREAD_LIMIT:.0%})" if "fp32_peak" in references else "")  # older references: two in-process passes
+    how = (f", each the median of its passes in a fresh process (`unstable`: the median's {CONFIDENCE:.0%} interval "
+           f"reaches more than {UNCERTAINTY_LIMIT:.0%} from it, or other processes used the cores)"
+           if "fp32_peak" in references else "")  # older references: two in-process passes
     lines = [f"Best GFLOPS after each budget of trials (median of repeats); PyTorch eager and the fp32 peak "
              f"({_fmt(peak)} GFLOPS) measured in the same run{how}.", ""]
     xgb_max = {n: best(runs, n, BASELINE, budgets[-1]) for n in names}

@@ -1,16 +1,19 @@
-"""`metatune zoo list | show | verify | publish | pull | resolve`: the device-specific checkpoints."""
+"""`metatune zoo list | show | verify | publish | pull | resolve | adapt`: the device-specific checkpoints."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from metatune.cli.common import echo_json
+from metatune import MetatuneError
+from metatune.cli.common import TARGET_HELP, echo_json, stop_cleanly
+from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
 
-app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve.",
+app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve, adapt.",
                   no_args_is_help=True)
 
 ZOO_OPTION = typer.Option(None, "--zoo", help="Zoo directory (default: $METATUNE_ZOO, else the shipped zoo/).")
@@ -155,6 +158,79 @@ def zoo_resolve(
         echo_json(res.to_json())
     else:
         typer.echo(f"{res.entry.id}\t{res.entry.directory}")
+
+
+ADAPT_SPEC = REPO_ROOT / "datasets" / "specs" / "adapt-cpu.yaml"
+
+
+@app.command("adapt")
+def zoo_adapt(
+    source: str = typer.Option(..., "--from", help="The checkpoint to adapt: a zoo id (DEVICE_ID, or DEVICE_ID/vN), "
+                                                   "or a checkpoint file or run directory."),
+    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+    samples: int = typer.Option(48, min=32, help="Random configurations measured per workload: 32 at least, so that "
+                                                "each validation workload still ranks after 16 support samples."),
+    spec: Path = typer.Option(ADAPT_SPEC, help="The workloads to measure (a dataset spec; its held-out workloads "
+                                               "choose the adaptation)."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID); running again "
+                                                  "resumes the measuring."),
+    publish: bool = typer.Option(True, help="Publish the adapted checkpoint as the device's next zoo version."),
+    zoo: Optional[Path] = ZOO_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """A checkpoint for this device from another device's, without a full dataset or training.
+
+    Measures one workload of every family (default 12 workloads x 48 configurations, about 10 min
+    on 2 cores; resumable), continues the source checkpoint on them (unchanged, fine-tuned, or
+    fine-tuned and meta-trained again: whichever ranks the held-out workloads best) and publishes
+    it, so that `tune` resolves it for this device from then on.
+    """
+    from metatune import zoo as z
+    from metatune.encode.supergraph import Template
+    from metatune.env.device import fingerprint_for_target, require_runnable
+    from metatune.learn.adapt import run_adapt
+
+    device = fingerprint_for_target(target)
+    require_runnable(device)
+    root = _root(zoo)
+    trained, info = _adapt_source(source, root)
+    expected = Template.for_target(device.tvm_target()).version
+    if info["template_version"] != expected:
+        raise MetatuneError(f"checkpoint {info['id']} encodes programs with super-graph template "
+                            f"{info['template_version']}, {device.device_id}'s programs use template {expected}: "
+                            "adapt from a checkpoint of the same kind of device (CPU to CPU, GPU to GPU)")
+    if info.get("device_id") == device.device_id:
+        raise MetatuneError(f"{info['id']} is already a checkpoint of {device.device_id}: nothing to adapt "
+                            "(fine-tuning on new data is `metatune train`'s job)")
+    out = out if out is not None else REPO_ROOT / "runs" / f"adapt-{device.device_id}"
+    with stop_cleanly():
+        card = run_adapt(trained, info, spec, samples, out, target, echo=lambda line: typer.echo(line, err=as_json))
+    entry = z.publish(out, root) if publish else None
+    if as_json:
+        echo_json({"run_dir": str(out), "adaptation": card["adaptation"], "metrics": card["metrics"]["metatune"],
+                   "published": None if entry is None else entry.id})
+    elif entry is not None:
+        typer.echo(f"published {entry.id} -> {entry.directory} (adapted from {info['id']})")
+
+
+def _adapt_source(source: str, root: Path) -> tuple[Any, dict[str, Any]]:
+    """The source checkpoint and what the adapted card says about it: a path, else a zoo id."""
+    from metatune import zoo as z
+    from metatune.learn.checkpoint import TrainedModel
+    from metatune.search.online_model import load_from_zoo
+    from metatune.zoo.weights import sha256
+
+    path = Path(source)
+    if path.exists():
+        weights = path / WEIGHTS_FILE if path.is_dir() else path
+        trained = TrainedModel.load(weights)
+        card_path = weights.parent / CARD_FILE
+        device = json.loads(card_path.read_text()).get("device", {}) if card_path.is_file() else {}
+        return trained, {"id": str(path), "sha256": sha256(weights.read_bytes()),
+                         "device_id": device.get("device_id"), "template_version": trained.builder.template.version}
+    entry = z.get_entry(root, source)
+    return load_from_zoo(entry), {"id": entry.id, "sha256": entry.sha256, "device_id": entry.device_id,
+                                  "template_version": entry.template_version}
 
 
 def _root(zoo_dir: Optional[Path]) -> Path:

@@ -192,12 +192,15 @@ def summarize(card: dict) -> str:
 
 
 def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: int | None = None, batch: int = 32,
-                  verify: bool = True, target: str | None = None) -> dict:
-    """Build (or resume) the dataset `spec_path` describes into `out`; returns its card.
+                  verify: bool = True, target: str | None = None, samples: int | None = None) -> dict:
+    """Build (or resume) the dataset `spec_path` describes into `out`; returns its card. `samples`
+    overrides the spec's samples per workload (the card's spec then says so, and so does its hash).
 
     Every spec error surfaces before anything is measured, or `out` created. `out` has one writer
     at a time: two builds would measure the same configurations and seal shards with duplicates."""
     spec = load_spec(spec_path)
+    if samples is not None:
+        spec = spec.model_copy(update={"samples_per_workload": samples})
     spec.training_workloads()
     settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
     runner_obj, fingerprint = make_runner(runner, settings, target)

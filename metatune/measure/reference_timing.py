@@ -1,16 +1,23 @@
 """Timing a library reference (PyTorch eager) so that a comparison with TVM can be trusted.
 
 A reference timed in the tuning process right after TVM can be slowed by TVM's runtime threads
-still spinning, and a single pass on a shared machine by anything else running; either reads as
-a speed-up for TVM. So every reference is timed here, one way for all callers:
+still spinning, and on a shared machine (a VM whose host is busy) every pass can be slowed by a
+fifth for seconds at a time; either reads as a speed-up for TVM. So every reference is timed
+here, one way for all callers:
 
 * in a fresh process (`python -m metatune.measure.reference_timing SPEC`), which builds the
   PyTorch call, checks its output and then times one pass per request;
-* alternating with the TVM side, A B A B ..., `PASSES` passes each, and before every pass the
-  other side's process is waited on until its threads are idle (its CPU time stops growing);
-* each side reported by the median of its passes and their spread (slowest / fastest - 1); when
-  either spread exceeds `SPREAD_LIMIT`, or a process never went idle, the comparison is
-  `unstable` and gives no speed-up.
+* in short passes alternating with the TVM side, A B A B ..., at least `PASSES` pairs and more
+  (up to `MAX_PASSES`) while the estimate's interval is too wide; before every pass the other
+  side's process is waited on until its threads are idle (its CPU time stops growing). A slow phase of the machine then slows both passes of a pair, so the speed-up is
+  the median of the pairs' ratios, not a ratio of two separately disturbed medians;
+* each estimate (the speed-up; a reference timed alone: its median) comes with a distribution-
+  free 95% confidence interval of the median (order statistics, scipy's `quantile_test`): a
+  single disturbed pass moves neither. The comparison is `unstable`, and gives no speed-up,
+  when that interval reaches more than `UNCERTAINTY_LIMIT` from the estimate, when other
+  processes kept more than `OTHER_LOAD_LIMIT` of the cores busy while it ran (a load through
+  every pass slows all of them alike, so only the CPU time shows it), or when a process never
+  went idle.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Any, Callable, Literal
+from typing import IO, TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
 
 from metatune import MetatuneError
 from metatune.measure.check import WrongResultError, output_error
+from metatune.measure.cpu_load import OtherLoad
 from metatune.measure.measurer import median_latency
 from metatune.workload.networks import get_model
 from metatune.workload.operators import Workload
@@ -37,10 +45,14 @@ from metatune.workload.relax_tasks import fold_batchnorm
 if TYPE_CHECKING:
     import torch
 
-PASSES = 3
-PASS_S = 1.0  # each pass: the median of blocks of at least MIN_BLOCK_S, over about this long
+PASSES = 9  # the fewest for which the 95% interval of a median excludes the slowest and fastest pass
+MIN_PASSES = 6  # below it no interval of the median reaches 95%
+MAX_PASSES = 30  # while the interval is too wide, more passes narrow it, up to this many
+PASS_S = 0.3  # each pass: the median of blocks of at least MIN_BLOCK_S, over about this long
 MIN_BLOCK_S = 0.01  # short, so that a pass on a loaded machine still ends soon after PASS_S
-SPREAD_LIMIT = 0.10
+CONFIDENCE = 0.95
+UNCERTAINTY_LIMIT = 0.10
+OTHER_LOAD_LIMIT = 0.10  # share of the machine's cores
 OPERATOR_RTOL = 1e-4  # PyTorch fp32 against the float64 NumPy reference
 FOLDING_RTOL = 1e-4  # BatchNorm-folded network against the unfolded one
 IDLE_CPU_SHARE = 0.1  # a process is idle when its threads use less than this share of one core
@@ -75,6 +87,35 @@ class ReferenceSpec:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """The median of some samples with its 95% confidence interval."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> "Estimate":
+        """Distribution-free: the interval is two order statistics, whatever the (skewed) noise."""
+        from scipy.stats import quantile_test
+
+        if len(samples) < MIN_PASSES:
+            raise ValueError(f"a {CONFIDENCE:.0%} interval of a median needs at least {MIN_PASSES} samples")
+        median = float(np.median(samples))
+        interval = quantile_test(np.asarray(samples, dtype=float), q=median, p=0.5).confidence_interval(CONFIDENCE)
+        return cls(median, float(interval.low), float(interval.high))
+
+    @property
+    def uncertainty(self) -> float:
+        """How far the interval reaches from the median, relative to it."""
+        return max(self.high / self.median - 1, 1 - self.low / self.median)
+
+    def to_json(self) -> dict[str, float]:
+        return {"median": _significant(self.median), "low": _significant(self.low), "high": _significant(self.high),
+                "uncertainty": round(self.uncertainty, 4)}
+
+
+@dataclass(frozen=True)
 class Timing:
     """One side's passes (milliseconds) and when each began (seconds after the first pass of the comparison)."""
 
@@ -86,13 +127,18 @@ class Timing:
         return median_latency(self.passes_ms)
 
     @property
+    def estimate(self) -> Estimate:
+        return Estimate.of(self.passes_ms)
+
+    @property
     def spread(self) -> float:
-        """Slowest pass / fastest pass - 1: noise on a shared machine only ever slows a pass down."""
+        """Slowest pass / fastest pass - 1: how much the machine moved while the side was timed."""
         return max(self.passes_ms) / min(self.passes_ms) - 1
 
     def to_json(self) -> dict[str, Any]:
         return {"passes_ms": [_significant(p) for p in self.passes_ms], "at_s": [round(t, 3) for t in self.at_s],
-                "median_ms": _significant(self.median_ms), "spread": round(self.spread, 4)}
+                "median_ms": _significant(self.median_ms), "interval_ms": _interval(self.estimate),
+                "spread": round(self.spread, 4)}
 
 
 def _significant(value: float) -> float:
@@ -100,11 +146,16 @@ def _significant(value: float) -> float:
     return float(f"{value:.6g}")
 
 
+def _interval(estimate: Estimate) -> list[float]:
+    return [_significant(estimate.low), _significant(estimate.high)]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The reference's passes and, when TVM was timed alongside, TVM's; `reasons` says why the
-    comparison is unstable (empty: it is not). `load_average` (the machine's 1-minute load before
-    and after) shows what the spread test cannot catch: a steady load slows every pass alike."""
+    comparison is unstable (empty: it is not). `other_cores` is how many cores other processes
+    kept busy meanwhile; `load_average` (the machine's 1-minute load before and after) is kept
+    for the record."""
 
     spec: ReferenceSpec
     reference: Timing
@@ -112,6 +163,7 @@ class Comparison:
     flops: float | None  # of one reference call, when it is an operator or the peak matmul
     max_rel_error: float
     reasons: tuple[str, ...]
+    other_cores: float
     load_average: tuple[float, float]
 
     @property
@@ -119,30 +171,50 @@ class Comparison:
         return bool(self.reasons)
 
     @property
+    def ratios(self) -> tuple[float, ...]:
+        """Reference pass / the TVM pass just before it, per pair (above 1: TVM is faster)."""
+        if self.tvm is None:
+            return ()
+        return tuple(ref / tvm for ref, tvm in zip(self.reference.passes_ms, self.tvm.passes_ms))
+
+    @property
+    def ratio_estimate(self) -> Estimate | None:
+        return Estimate.of(self.ratios) if self.tvm is not None else None
+
+    @property
     def speedup(self) -> float | None:
-        """Reference median / TVM median (above 1: TVM is faster); None when unstable or TVM was not timed."""
-        if self.unstable or self.tvm is None:
+        """The median of the pairs' ratios; None when unstable or TVM was not timed."""
+        estimate = self.ratio_estimate
+        if self.unstable or estimate is None:
             return None
-        return self.reference.median_ms / self.tvm.median_ms
+        return estimate.median
 
     def summary(self) -> str:
-        """One line: both medians and the speed-up, or why there is none."""
+        """One line: both medians and the speed-up with its interval, or why there is none."""
         ref = f"{LIBRARY} {self.reference.median_ms:.4g} ms"
         text = ref if self.tvm is None else f"TVM {self.tvm.median_ms:.4g} ms vs {ref}"
         if self.unstable:
             return f"{text}: unstable ({'; '.join(self.reasons)}), no speed-up reported; re-measure on an idle machine"
-        spreads = ([f"TVM {self.tvm.spread:.1%}"] if self.tvm else []) + [f"{LIBRARY} {self.reference.spread:.1%}"]
-        speed = "" if self.speedup is None else f": {self.speedup:.3g}×"
-        each = " each" if self.tvm else ""
-        return f"{text}{speed} ({len(self.reference.passes_ms)} passes{each}, spread {', '.join(spreads)})"
+        passes = len(self.reference.passes_ms)
+        if self.speedup is None:
+            estimate = self.reference.estimate
+            return f"{text} ({passes} passes, {CONFIDENCE:.0%} interval {estimate.low:.4g}–{estimate.high:.4g} ms)"
+        estimate = self.ratio_estimate
+        assert estimate is not None
+        return (f"{text}: {self.speedup:.3g}× ({passes} pass pairs, {CONFIDENCE:.0%} interval "
+                f"{estimate.low:.3g}–{estimate.high:.3g}×)")
 
     def to_json(self) -> dict[str, Any]:
-        speedup = self.speedup
-        return {"library": LIBRARY, "spec": asdict(self.spec), "process": "fresh", "spread_limit": SPREAD_LIMIT,
+        speedup, ratio = self.speedup, self.ratio_estimate
+        return {"library": LIBRARY, "spec": asdict(self.spec), "process": "fresh", "confidence": CONFIDENCE,
+                "uncertainty_limit": UNCERTAINTY_LIMIT, "other_load_limit": OTHER_LOAD_LIMIT,
                 "tvm": None if self.tvm is None else self.tvm.to_json(),
                 "reference": {**self.reference.to_json(), "max_rel_error": self.max_rel_error},
+                "ratios": [_significant(r) for r in self.ratios],
+                "ratio": None if ratio is None else ratio.to_json(),
                 "flops": self.flops, "unstable": self.unstable, "reasons": list(self.reasons),
                 "speedup": None if speedup is None else _significant(speedup),
+                "other_cores": round(self.other_cores, 3),
                 "load_average": [round(load, 2) for load in self.load_average]}
 
 
@@ -160,11 +232,15 @@ def wait_until_idle(timeout_s: float = IDLE_TIMEOUT_S) -> bool:
             return False
 
 
-def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: int = PASSES) -> Comparison:
+def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: int = PASSES,
+            max_passes: int = MAX_PASSES) -> Comparison:
     """Time the reference in a fresh process, alternating with `tvm_pass` (one TVM pass, returning
-    milliseconds; None: the reference alone), `passes` passes each."""
-    if passes < 2:
-        raise ValueError("a spread needs at least two passes")
+    milliseconds; None: the reference alone): `passes` passes each, then more, one (pair) at a
+    time, while the estimate's interval is wider than the limit, up to `max_passes`."""
+    if passes < MIN_PASSES:
+        raise ValueError(f"a {CONFIDENCE:.0%} interval of a median needs at least {MIN_PASSES} passes")
+    if max_passes < passes:
+        raise ValueError(f"max_passes ({max_passes}) is below passes ({passes})")
     reasons: list[str] = []
     load_before = os.getloadavg()[0]
     with ReferenceProcess(spec) as process:
@@ -172,8 +248,10 @@ def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: i
             reasons.append(REFERENCE_BUSY)
         tvm: list[tuple[float, float]] = []
         reference: list[tuple[float, float]] = []
+        other = OtherLoad((os.getpid(), process.pid)).start()
         start = time.perf_counter()
-        for _ in range(passes):
+        while len(reference) < passes or (len(reference) < max_passes
+                                           and _estimate(reference, tvm).uncertainty > UNCERTAINTY_LIMIT):
             if tvm_pass is not None:
                 tvm.append((time.perf_counter() - start, tvm_pass()))
             if not wait_until_idle():
@@ -184,13 +262,24 @@ def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: i
             reference.append((at, ms))
             if not idle:
                 reasons.append(REFERENCE_BUSY)
-    ref_timing = _timing(reference)
-    tvm_timing = _timing(tvm) if tvm else None
-    for side, timing in (("TVM", tvm_timing), (LIBRARY, ref_timing)):
-        if timing is not None and timing.spread > SPREAD_LIMIT:
-            reasons.append(f"{side} passes differ by {timing.spread:.0%} > {SPREAD_LIMIT:.0%}")
-    return Comparison(spec, ref_timing, tvm_timing, process.flops, process.max_rel_error, tuple(dict.fromkeys(reasons)),
-                      (load_before, os.getloadavg()[0]))
+        other_cores = other.cores()
+    cores = os.cpu_count() or 1
+    if other_cores > OTHER_LOAD_LIMIT * cores:
+        reasons.append(f"other processes kept {other_cores:.2g} of {cores} cores busy while timing")
+    estimate = _estimate(reference, tvm)
+    if estimate.uncertainty > UNCERTAINTY_LIMIT:
+        what = "the speed-up" if tvm else f"the {LIBRARY} median"
+        reasons.append(f"{what}'s {CONFIDENCE:.0%} interval reaches {estimate.uncertainty:.0%} "
+                       f"> {UNCERTAINTY_LIMIT:.0%} from it after {len(reference)} passes")
+    return Comparison(spec, _timing(reference), _timing(tvm) if tvm else None, process.flops, process.max_rel_error,
+                      tuple(dict.fromkeys(reasons)), other_cores, (load_before, os.getloadavg()[0]))
+
+
+def _estimate(reference: list[tuple[float, float]], tvm: list[tuple[float, float]]) -> Estimate:
+    """The speed-up's estimate (pairs' ratios) when TVM is timed, else the reference median's."""
+    if tvm:
+        return Estimate.of([ref / t for (_, ref), (_, t) in zip(reference, tvm)])
+    return Estimate.of([ms for _, ms in reference])
 
 
 def _timing(passes: list[tuple[float, float]]) -> Timing:
@@ -210,6 +299,7 @@ class ReferenceProcess:
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._proc = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(asdict(self.spec))],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.pid = self._proc.pid
         ready = self._reply(SETUP_TIMEOUT_S)
         self.flops, self.max_rel_error, self.idle = ready["flops"], ready["max_rel_error"], ready["idle"]
         return self

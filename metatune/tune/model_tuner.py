@@ -9,7 +9,7 @@ The database makes the run resumable: trials already recorded for the model's ta
 towards `--trials` (the scheduler checks the budget before each batch, so the last batch can
 take the total a little past it; the result reports the true count). The compiled model is
 checked against PyTorch before it is timed against PyTorch eager (reference_timing: a fresh
-process, passes alternating with TVM's; no speed-up when the passes disagree).
+process, passes alternating with TVM's; no speed-up when the timing is unstable).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class ModelTuneResult:
     tasks: list[TaskResult]
     model_latency_ms: float  # median of TVM's timing passes
     torch_latency_ms: float  # PyTorch eager on the same BatchNorm-folded network and input: median of its passes
-    comparison: Comparison  # every pass of both sides, their spreads, `unstable`, `speedup`
+    comparison: Comparison  # every pass of both sides, their ratios, `unstable`, `speedup`
     untuned: list[str]  # tasks without a successful trial: compiled unscheduled
     threads: int
     wall_s: float

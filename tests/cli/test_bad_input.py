@@ -240,6 +240,17 @@ CASES: list[tuple[str, Build, str]] = [
      "split 'test' is neither train nor heldout"),
     ("import into another device's dataset", import_into_cpu_dataset,
      "holds measurements of x86_64-sapphirerapids-2c, these records are of cuda-sm90-h100"),
+    # zoo adapt: refused before anything is measured
+    ("adapt from an unknown device", lambda tmp: (["zoo", "adapt", "--from", "x86_64-nosuchcpu-2c",
+                                                   "--out", str(tmp / "run")], {}),
+     "no checkpoint 'x86_64-nosuchcpu-2c'"),
+    ("adapt a GPU checkpoint to a CPU", lambda tmp: (["zoo", "adapt", "--from", "cuda-sm90-h100",
+                                                      "--out", str(tmp / "run")], {}),
+     "adapt from a checkpoint of the same kind of device"),
+    ("adapt for a GPU this machine does not have",
+     lambda tmp: (["zoo", "adapt", "--from", SHIPPED_ID, "--target", "nvidia/geforce-rtx-2080-ti",
+                   "--out", str(tmp / "run")], {}),
+     "cuda-sm75-rtx2080ti"),
 ]
 
 
