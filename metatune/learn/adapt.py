@@ -34,6 +34,7 @@ from metatune.fileio import CARD_FILE, WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.evaluate import EvalConfig, EvalResult, evaluate, format_table, gcn_adapter
 from metatune.learn.maml import MAMLConfig, PretrainConfig, TrainLog, meta_train, pretrain
+from metatune.learn.train import portable_path
 
 Echo = Callable[[str], object]
 CANDIDATES = ("source", "finetune", "finetune+maml")  # in order of preference on a tie
@@ -139,8 +140,8 @@ def write_run(out: Path, adaptation: Adaptation, data_dir: Path, source: dict[st
         "name": f"metatune-gcn-{dataset_card['device']['device_id']}-adapted",
         "device": dataset_card["device"],
         "template_version": adaptation.model.builder.template.version,
-        "dataset": {"id": dataset_card["dataset_id"], "path": str(data_dir), "spec_hash": dataset_card["spec_hash"],
-                    "records": records, "workloads": len(dataset_card["workloads"]),
+        "dataset": {"id": dataset_card["dataset_id"], "path": portable_path(data_dir),
+                    "spec_hash": dataset_card["spec_hash"], "records": records, "workloads": len(dataset_card["workloads"]),
                     "samples_per_workload": dataset_card["samples_per_workload"]},
         "adapted_from": source,
         "adaptation": {"chosen": adaptation.chosen, "validation_scores": {k: round(v, 4) for k, v in

@@ -149,7 +149,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) 
         "name": config.name,
         "device": dataset_card["device"],
         "template_version": main.builder.template.version,
-        "dataset": {"id": dataset_card["dataset_id"], "path": _portable(data_dir), "spec_hash": dataset_card["spec_hash"],
+        "dataset": {"id": dataset_card["dataset_id"], "path": portable_path(data_dir), "spec_hash": dataset_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},
         "train_config": config.model_dump(mode="json"),
@@ -171,7 +171,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) 
     return card
 
 
-def _portable(path: Path) -> str:
+def portable_path(path: Path) -> str:
     """A path relative to the repository when it is inside it (cards travel between machines)."""
     try:
         return str(Path(path).resolve().relative_to(REPO_ROOT))

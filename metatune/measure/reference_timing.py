@@ -9,8 +9,9 @@ here, one way for all callers:
   PyTorch call, checks its output and then times one pass per request;
 * in short passes alternating with the TVM side, A B A B ..., at least `PASSES` pairs and more
   (up to `MAX_PASSES`) while the estimate's interval is too wide; before every pass the other
-  side's process is waited on until its threads are idle (its CPU time stops growing). A slow phase of the machine then slows both passes of a pair, so the speed-up is
-  the median of the pairs' ratios, not a ratio of two separately disturbed medians;
+  side's process is waited on until its threads are idle (its CPU time stops growing). A slow
+  phase of the machine then slows both passes of a pair, so the speed-up is the median of the
+  pairs' ratios, not a ratio of two separately disturbed medians;
 * each estimate (the speed-up; a reference timed alone: its median) comes with a distribution-
   free 95% confidence interval of the median (order statistics, scipy's `quantile_test`): a
   single disturbed pass moves neither. The comparison is `unstable`, and gives no speed-up,
