@@ -27,6 +27,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from metatune import MetatuneError, __version__
+from metatune.dataset.builder import build_dataset
 from metatune.dataset.card import read_card
 from metatune.encode.graphs import EncodedWorkload, load_encoded, split_sets
 from metatune.encode.supergraph import GraphEncoder
@@ -169,7 +170,6 @@ def run_adapt(source: TrainedModel, source_info: dict[str, Any], spec: Path, sam
               target: str | None = None, config: AdaptConfig | None = None, echo: Echo = print) -> dict[str, Any]:
     """Measure `spec`'s workloads on this device into `out`/data (resuming what is there), adapt
     `source` to them and write the run directory `out`; returns its card."""
-    from metatune.dataset.builder import build_dataset
 
     config = config or AdaptConfig()
     data_dir = out / "data"
