@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import IO, TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -127,7 +128,7 @@ class Timing:
     def median_ms(self) -> float:
         return median_latency(self.passes_ms)
 
-    @property
+    @cached_property
     def estimate(self) -> Estimate:
         return Estimate.of(self.passes_ms)
 
@@ -174,11 +175,9 @@ class Comparison:
     @property
     def ratios(self) -> tuple[float, ...]:
         """Reference pass / the TVM pass just before it, per pair (above 1: TVM is faster)."""
-        if self.tvm is None:
-            return ()
-        return tuple(ref / tvm for ref, tvm in zip(self.reference.passes_ms, self.tvm.passes_ms))
+        return () if self.tvm is None else paired_ratios(self.reference.passes_ms, self.tvm.passes_ms)
 
-    @property
+    @cached_property
     def ratio_estimate(self) -> Estimate | None:
         return Estimate.of(self.ratios) if self.tvm is not None else None
 
@@ -276,11 +275,14 @@ def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: i
                       tuple(dict.fromkeys(reasons)), other_cores, (load_before, os.getloadavg()[0]))
 
 
+def paired_ratios(reference_ms: Sequence[float], tvm_ms: Sequence[float]) -> tuple[float, ...]:
+    return tuple(ref / tvm for ref, tvm in zip(reference_ms, tvm_ms))
+
+
 def _estimate(reference: list[tuple[float, float]], tvm: list[tuple[float, float]]) -> Estimate:
     """The speed-up's estimate (pairs' ratios) when TVM is timed, else the reference median's."""
-    if tvm:
-        return Estimate.of([ref / t for (_, ref), (_, t) in zip(reference, tvm)])
-    return Estimate.of([ms for _, ms in reference])
+    reference_ms = [ms for _, ms in reference]
+    return Estimate.of(paired_ratios(reference_ms, [ms for _, ms in tvm]) if tvm else reference_ms)
 
 
 def _timing(passes: list[tuple[float, float]]) -> Timing:
