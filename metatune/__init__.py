@@ -9,3 +9,10 @@ __version__ = "0.1.0"
 
 class MetatuneError(Exception):
     """An error caused by the user's input or environment, reported without a traceback."""
+
+
+def first_line(err: BaseException, limit: int = 300) -> str:
+    """An exception as one short line for a MetatuneError: its type and its message's first line
+    (a library's error can run to pages)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:limit]}" if lines else type(err).__name__

@@ -21,12 +21,12 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
     """Each (strategy, repeat) tunes the model to `trials_total` trials; finished runs are skipped."""
 
     for strategy in strategies:
-        check_request(model, strategy)  # one-line errors before anything is measured
+        name = check_request(model, [], strategy).name  # one-line errors before anything is measured
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]
     progress = progress or BenchProgress(total=len(runs) * trials_total)
     offset = 0
     for strategy, repeat in runs:
-        path = out / "model" / model / f"{strategy}-r{repeat}.json"
+        path = out / "model" / name / f"{strategy}-r{repeat}.json"
         previous = read_result(path)
         if previous and previous["trials"] >= trials_total:
             offset += trials_total
@@ -42,7 +42,7 @@ def run_model_bench(model: str, trials_total: int, strategies: list[str], repeat
         result["repeat"] = repeat
         write_json(path, result)
         offset += trials_total
-        progress.set(offset, f"{model} [{strategy}] {result['model_latency_ms']} ms")
+        progress.set(offset, f"{model} [{strategy}] {result['model_ms']} ms")
 
 
 def model_table(out: Path) -> str:
@@ -54,8 +54,8 @@ def model_table(out: Path) -> str:
     lines = ["| model | strategy | trials | repeats | TVM latency ms | PyTorch eager ms | PyTorch / TVM | "
              "tasks (untuned) | tuning wall s | verified |", "|" + "---|" * 10]
     for (model, strategy), group in _groups(runs, lambda r: (r["model"], r["strategy"])).items():
-        tvm_ms = statistics.median(r["model_latency_ms"] for r in group)
-        torch_ms = statistics.median(r["torch_latency_ms"] for r in group)
+        tvm_ms = statistics.median(r["model_ms"] for r in group)
+        torch_ms = statistics.median(r["reference_ms"] for r in group)
         lines.append(
             f"| {model} | {strategy} | {statistics.median(r['trials'] for r in group):.0f} | {len(group)} | "
             f"{tvm_ms:.2f} | {torch_ms:.2f} | {_ratio(torch_ms, tvm_ms, group)} | {len(group[0]['tasks'])} "

@@ -12,7 +12,7 @@ from typing import TextIO
 import typer
 
 from metatune import __version__
-from metatune.cli import bench, dataset, device, encode, measure, rpc, train, tune, workloads, zoo
+from metatune.cli import bench, dataset, device, encode, measure, rpc, run, train, tune, workloads, zoo
 from metatune.cli.common import one_line_errors
 
 app = typer.Typer(
@@ -22,7 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Added without a name, a module's commands are top-level (`metatune measure`); the help lists them in this order.
-for module in (device, measure, encode, tune, train, bench):
+for module in (device, measure, encode, tune, run, train, bench):
     app.add_typer(module.app)
 app.add_typer(workloads.app, name="workloads")
 app.add_typer(dataset.app, name="dataset")

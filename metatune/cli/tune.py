@@ -21,8 +21,16 @@ MAX_TRIALS = 10**7
 @app.command()
 def tune(
     workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),
-    model: Optional[str] = typer.Option(None, help="A whole network to tune, all its tasks: resnet18 or tinycnn. Tasks "
-                                         "metatune's cost model cannot encode get TVM's default (XGB + evolutionary)."),
+    model: Optional[str] = typer.Option(None, help="A whole network to tune, all its tasks: resnet18, tinycnn, "
+                                         "PATH.onnx, FILE.py:CALLABLE (returns an nn.Module; the file is run) or "
+                                         "torchvision:NAME (random weights). Tasks metatune's cost model cannot "
+                                         "encode get TVM's default (XGB + evolutionary)."),
+    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="A --model input's shape, e.g. "
+                                                    "1,3,224,224; repeat it for each input, in order. Needed where "
+                                                    "the model does not fix it (FILE.py:CALLABLE, dynamic ONNX "
+                                                    "dimensions); torchvision models default to 1,3,224,224."),
+    export: Optional[Path] = typer.Option(None, help="Write the tuned --model as a shared library (PATH.so, its "
+                                          "inputs in PATH.json), to run with `metatune run PATH.so` or TVM alone."),
     trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
                                              "(including those already in --db)."),
     strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
@@ -39,10 +47,11 @@ def tune(
                                  "every batch) and Python warnings on the console; by default they go only to "
                                  "DB/logs."),
 ) -> None:
-    """Tune one operator (checked against NumPy) or a whole model (checked and timed against PyTorch eager)."""
+    """Tune one operator (checked against NumPy) or a whole model (checked and timed against its
+    source: PyTorch eager, or onnxruntime for an ONNX file)."""
     with stop_cleanly():
         run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
-                 target=target, verbose=verbose)
+                 target=target, verbose=verbose, input_shape=input_shape or [], export=export)
 
 
 def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
@@ -100,14 +109,17 @@ def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str 
 
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
              db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
-             target: Optional[str] = None, verbose: bool = False) -> None:
-    """`--workload TEXT`: one operator, checked against NumPy; `--model NAME` goes to `run_tune_model`."""
+             target: Optional[str] = None, verbose: bool = False, input_shape: list[str] | None = None,
+             export: Optional[Path] = None) -> None:
+    """`--workload TEXT`: one operator, checked against NumPy; `--model SPEC` goes to `run_tune_model`."""
     if (workload_text is None) == (model is None):
-        raise MetatuneError("give exactly one of --workload TEXT or --model NAME")
+        raise MetatuneError("give exactly one of --workload TEXT or --model SPEC")
+    if model is None and (input_shape or export is not None):
+        raise MetatuneError("--input-shape and --export go with --model")
     check_options(trials, db, checkpoint, runner, target)
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
-                       verbose)
+                       verbose, input_shape or [], export)
         return
     from metatune.workload.operators import resolve_workload
 
@@ -133,16 +145,26 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
 
 def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
                    trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
-                   verbose: bool = False) -> None:
-    """`--model NAME`: every task of the network shares the `--trials` budget."""
+                   verbose: bool = False, input_shape: list[str] | None = None,
+                   export: Optional[Path] = None) -> None:
+    """`--model SPEC`: every task of the network shares the `--trials` budget."""
     from metatune.tune.model_tuner import check_request, tune_model
+    from metatune.workload.model_source import parse_shape
+    from metatune.workload.relax_tasks import import_model
 
-    check_request(model, strategy)
-    db_dir = db or default_db_dir(strategy, f"model-{model}", target)
-    with tuning_console(db_dir, verbose, f"tune {model} [{strategy}]", trials) as show:
-        result = tune_model(model, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
+    shapes = [parse_shape(text) for text in input_shape or []]
+    source = check_request(model, shapes, strategy)
+    if export is not None and not export.parent.is_dir():
+        raise MetatuneError(f"--export {export}: no such folder {export.parent}")
+    if export is not None and export.suffix != ".so":
+        raise MetatuneError(f"--export {export}: the library's name must end in .so")
+    imported = import_model(source)  # a model that cannot be loaded or imported stops here, in one line
+    what = f"model-{source.name}" if source.kind == "registry" else f"model-{source.name}:{source.spec}|{shapes}"
+    db_dir = db or default_db_dir(strategy, what, target)
+    with tuning_console(db_dir, verbose, f"tune {source.name} [{strategy}]", trials) as show:
+        result = tune_model(imported, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
                             trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
-                            report=lambda done, total, status: show(done, status))
+                            report=lambda done, total, status: show(done, status), export=export)
         show(result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
@@ -153,8 +175,10 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
     typer.echo(
         f"{result.model} [{result.strategy}]: {result.trials} trials over {len(result.tasks)} tasks; "
         f"{result.comparison.summary()} ({result.threads} threads; "
-        f"verified against PyTorch: max relative error {result.max_rel_error:.1e}); wall {result.wall_s} s, "
+        f"verified against {result.reference}: max relative error {result.max_rel_error:.1e}); wall {result.wall_s} s, "
         f"tuning {result.tune_s} s, compile {result.compile_s} s; database {db_dir}"
     )
+    if export is not None:
+        typer.echo(f"exported: {export} (inputs in {export.with_suffix('.json')}); run it with: metatune run {export}")
     if json_out is not None:
         write_json(result.to_json(), json_out)

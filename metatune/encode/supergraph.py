@@ -69,7 +69,7 @@ from metatune.encode.loopgraph import Block, LoopProgram, extract
 from metatune.env.target import CPU_TARGET_CLASSES, GPU_TARGET_CLASSES
 from metatune.env.tvm_setup import import_tensor_intrinsics
 from metatune.space.knob_space import DesignSpaces, SearchSpace
-from metatune.workload.networks import get_model
+from metatune.workload.model_source import ModelSource
 from metatune.workload.operators import Workload
 from metatune.workload.relax_tasks import extract_tasks, import_model, task_context
 
@@ -651,7 +651,7 @@ def _space_programs(space: "SearchSpace", rng: np.random.Generator, samples_per_
 def model_task_spaces(model_name: str, target: Any) -> list[tuple[str, "SearchSpace"]]:
     """(task name, knob spaces) of every task Relax extracts from a network for `target`."""
 
-    tasks = extract_tasks(import_model(get_model(model_name)).mod, target)
+    tasks = extract_tasks(import_model(ModelSource.parse(model_name)).mod, target)
     return [(t.task_name, SearchSpace(DesignSpaces.from_context(task_context(t, target)))) for t in tasks]
 
 

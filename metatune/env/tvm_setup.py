@@ -1,4 +1,4 @@
-"""TVM start-up fixes that every entry point needs.
+"""TVM start-up fixes that every entry point needs, and a filter for its VM's debugging lines.
 
 `import tvm.s_tir.tensor_intrin` (pulled in by `TuneContext` and by MetaSchedule's default
 build function) takes 20-30 s: the TVMScript parser calls `inspect.stack()` for each of
@@ -13,7 +13,10 @@ import inspect
 import linecache
 import os
 import sys
+import tempfile
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 _lock = threading.Lock()
 _done = False
@@ -78,3 +81,27 @@ def detach_unnamed_meta_schedule_log_handlers() -> None:
     for handler in list(tvm_logger.handlers):
         if handler.get_name() is None:
             tvm_logger.removeHandler(handler)
+
+
+VM_SCOPE_LOG = "Warning: Scope "
+
+
+@contextmanager
+def without_vm_scope_logs() -> Iterator[None]:
+    """TVM 0.27's VM executable logs one C++ WARNING line per function ("Scope Saving:", "Scope
+    Loaded:") each time it is exported or loaded: debugging output, not a warning to the user.
+    The C++ stderr is collected meanwhile and every other line passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as collected:
+        os.dup2(collected.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            collected.seek(0)
+            for line in collected.read().decode(errors="replace").splitlines(keepends=True):
+                if VM_SCOPE_LOG not in line:
+                    sys.stderr.write(line)
+            sys.stderr.flush()

@@ -1,4 +1,5 @@
-"""Timing a library reference (PyTorch eager) so that a comparison with TVM can be trusted.
+"""Timing a library reference (PyTorch eager; onnxruntime for an ONNX model) so that a
+comparison with TVM can be trusted.
 
 A reference timed in the tuning process right after TVM can be slowed by TVM's runtime threads
 still spinning, and on a shared machine (a VM whose host is busy) every pass can be slowed by a
@@ -40,9 +41,9 @@ from metatune import MetatuneError
 from metatune.measure.check import WrongResultError, output_error
 from metatune.measure.cpu_load import OtherLoad
 from metatune.measure.measurer import median_latency
-from metatune.workload.networks import get_model
+from metatune.workload.model_source import ModelSource
 from metatune.workload.operators import Workload
-from metatune.workload.relax_tasks import fold_batchnorm
+from metatune.workload.relax_tasks import load_model
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +62,7 @@ IDLE_CPU_SHARE = 0.1  # a process is idle when its threads use less than this sh
 IDLE_WINDOW_S = 0.05
 IDLE_TIMEOUT_S = 5.0
 SETUP_TIMEOUT_S = 600.0
-LIBRARY = "PyTorch eager"
+TORCH_LIBRARY = "PyTorch eager"
 
 REFERENCE_BUSY = f"the reference process was still busy {IDLE_TIMEOUT_S:g} s after timing"
 
@@ -71,7 +72,8 @@ Kind = Literal["operator", "model", "matmul"]
 @dataclass(frozen=True)
 class ReferenceSpec:
     """What the reference process times: a workload's PyTorch operator (`name` = workload text),
-    a model of the registry in eval mode with BatchNorm folded (`name` = model name), or a
+    a network as its source library runs it (`name` = its `--model` SPEC, `inputs` its given
+    shapes; PyTorch networks in eval mode with BatchNorm folded), or a
     `name`³ fp32 matmul (the machine's practical peak). On `cuda` it runs on GPU 0 (cuDNN/cuBLAS,
     TF32 off so that it computes what TVM's fp32 kernels compute, cuDNN's autotuner on), and
     every timed call ends with a device synchronisation."""
@@ -81,11 +83,22 @@ class ReferenceSpec:
     threads: int
     pass_s: float = PASS_S
     device: str = "cpu"
+    inputs: tuple[tuple[int, ...], ...] = ()  # a model's --input-shape values
+    library: str = TORCH_LIBRARY
 
     @classmethod
     def operator(cls, workload: Workload, threads: int, pass_s: float = PASS_S,
                  device: str = "cpu") -> "ReferenceSpec":
         return cls("operator", str(workload), threads, pass_s, device)
+
+    @classmethod
+    def model(cls, source: ModelSource, threads: int) -> "ReferenceSpec":
+        """A network as its source library runs it: PyTorch eager, or onnxruntime for an ONNX file."""
+        return cls("model", source.spec, threads, inputs=source.input_shapes, library=source.library)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ReferenceSpec":
+        return cls(**{**data, "inputs": tuple(tuple(shape) for shape in data.get("inputs", ()))})
 
 
 @dataclass(frozen=True)
@@ -163,7 +176,7 @@ class Comparison:
     reference: Timing
     tvm: Timing | None
     flops: float | None  # of one reference call, when it is an operator or the peak matmul
-    max_rel_error: float
+    max_rel_error: float | None  # of the timed call against its check; None: it runs the source as it is
     reasons: tuple[str, ...]
     other_cores: float
     load_average: tuple[float, float]
@@ -191,7 +204,7 @@ class Comparison:
 
     def summary(self) -> str:
         """One line: both medians and the speed-up with its interval, or why there is none."""
-        ref = f"{LIBRARY} {self.reference.median_ms:.4g} ms"
+        ref = f"{self.spec.library} {self.reference.median_ms:.4g} ms"
         text = ref if self.tvm is None else f"TVM {self.tvm.median_ms:.4g} ms vs {ref}"
         if self.unstable:
             return f"{text}: unstable ({'; '.join(self.reasons)}), no speed-up reported; re-measure on an idle machine"
@@ -206,7 +219,7 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         speedup, ratio = self.speedup, self.ratio_estimate
-        return {"library": LIBRARY, "spec": asdict(self.spec), "process": "fresh", "confidence": CONFIDENCE,
+        return {"library": self.spec.library, "spec": asdict(self.spec), "process": "fresh", "confidence": CONFIDENCE,
                 "uncertainty_limit": UNCERTAINTY_LIMIT, "other_load_limit": OTHER_LOAD_LIMIT,
                 "tvm": None if self.tvm is None else self.tvm.to_json(),
                 "reference": {**self.reference.to_json(), "max_rel_error": self.max_rel_error},
@@ -268,7 +281,7 @@ def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: i
         reasons.append(f"other processes kept {other_cores:.2g} of {cores} cores busy while timing")
     estimate = _estimate(reference, tvm)
     if estimate.uncertainty > UNCERTAINTY_LIMIT:
-        what = "the speed-up" if tvm else f"the {LIBRARY} median"
+        what = "the speed-up" if tvm else f"the {spec.library} median"
         reasons.append(f"{what}'s {CONFIDENCE:.0%} interval reaches {estimate.uncertainty:.0%} "
                        f"> {UNCERTAINTY_LIMIT:.0%} from it after {len(reference)} passes")
     return Comparison(spec, _timing(reference), _timing(tvm) if tvm else None, process.flops, process.max_rel_error,
@@ -295,7 +308,7 @@ class ReferenceProcess:
     def __init__(self, spec: ReferenceSpec) -> None:
         self.spec = spec
         self.flops: float | None = None
-        self.max_rel_error = 0.0
+        self.max_rel_error: float | None = 0.0
         self.idle = True  # whether the process was idle after its set-up
 
     def __enter__(self) -> "ReferenceProcess":
@@ -323,7 +336,7 @@ class ReferenceProcess:
             self._stderr.seek(0)
             stderr = self._stderr.read()[-2000:].strip()
             self._close()
-            raise MetatuneError(f"the {LIBRARY} reference process for {self.spec.kind} {self.spec.name} "
+            raise MetatuneError(f"the {self.spec.library} reference process for {self.spec.kind} {self.spec.name} "
                                 f"{'failed' if readable else f'gave no answer within {timeout_s:g} s'}: {stderr}")
         reply = json.loads(line)
         if "wrong_result" in reply or "error" in reply:
@@ -331,7 +344,7 @@ class ReferenceProcess:
         if "wrong_result" in reply:
             raise WrongResultError(reply["wrong_result"])
         if "error" in reply:
-            raise MetatuneError(f"{LIBRARY} reference of {self.spec.kind} {self.spec.name}: {reply['error']}")
+            raise MetatuneError(f"{self.spec.library} reference of {self.spec.kind} {self.spec.name}: {reply['error']}")
         return reply
 
     def __exit__(self, *exc: object) -> None:
@@ -379,8 +392,9 @@ def torch_operator(workload: Workload) -> Callable[..., "torch.Tensor"]:
     raise MetatuneError(f"no PyTorch reference for family {family!r}")
 
 
-def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float]:
-    """The call to time, its flops (None for a model) and its checked error; raises WrongResultError."""
+def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float | None]:
+    """The call to time, its flops (None for a model) and its checked error (None: nothing to
+    check, it runs the source as it is); raises WrongResultError."""
     import torch
 
     if spec.kind == "matmul":
@@ -400,15 +414,17 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float]
         return lambda: op(*tensors), float(workload.flops), error
     if spec.device != "cpu":
         raise MetatuneError(f"whole-model references run on the CPU only, not {spec.device}")
-    model = get_model(spec.name)
-    module, example = model.build(), model.example_input()
-    folded, _, _ = fold_batchnorm(module)
-    with torch.inference_mode():
-        error = output_error(folded(example).numpy(), module(example).numpy().astype(np.float64))
+    model = load_model(ModelSource.parse(spec.name, spec.inputs))
+    inputs = model.example_inputs()
+    call = model.reference_call(inputs, spec.threads)
+    transformed = model.reference_outputs(inputs)
+    if transformed is None:
+        return call, None, None
+    error = max(output_error(out, ref) for out, ref in zip(transformed, model.expected_outputs(inputs)))
     if not error <= FOLDING_RTOL:
         raise WrongResultError(f"{spec.name} with BatchNorm folded differs from the unfolded network "
                                f"(max rel. error {error:.2e})")
-    return lambda: folded(example), None, error
+    return call, None, error
 
 
 def _synchronized(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
@@ -480,4 +496,4 @@ if __name__ == "__main__":
     # Replies go to the original stdout; anything else printing to stdout lands on stderr.
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    _serve(ReferenceSpec(**json.loads(sys.argv[1])), protocol)
+    _serve(ReferenceSpec.from_json(json.loads(sys.argv[1])), protocol)

@@ -1,15 +1,17 @@
 """`metatune tune --model`: tune every task of a whole network, then compile, verify and time it.
 
-The network is imported through Relax (relax_model.py) and its tasks are tuned together by
-MetaSchedule's gradient task scheduler, which spends each batch on the task whose improvement
+The network (a registry name, an ONNX file, FILE.py:CALLABLE or torchvision:NAME; see
+workload/model_source.py) is imported through Relax (workload/relax_tasks.py) and its tasks
+are tuned together by MetaSchedule's gradient task scheduler, which spends each batch on the task whose improvement
 would shorten the weighted model latency most. Builder, runner, JSON database and the
 per-strategy cost model and search are those of `tune_workload`. Under `metatune`, tasks
 that metatune's cost model cannot encode get TVM's default instead (fallback.py).
 The database makes the run resumable: trials already recorded for the model's tasks count
 towards `--trials` (the scheduler checks the budget before each batch, so the last batch can
 take the total a little past it; the result reports the true count). The compiled model is
-checked against PyTorch before it is timed against PyTorch eager (reference_timing: a fresh
-process, passes alternating with TVM's; no speed-up when the timing is unstable).
+checked against the source network (PyTorch, or onnxruntime for ONNX) before it is timed
+against that library (reference_timing: a fresh process, passes alternating with TVM's; no
+speed-up when the timing is unstable), and can be exported as a shared library.
 """
 
 from __future__ import annotations
@@ -39,13 +41,11 @@ from metatune.tune.tuner import (
     tuning_loop,
     warm_start,
 )
-from metatune.workload.networks import get_model
-from metatune.workload.relax_tasks import compile_model, extract_tasks, import_model, task_context
+from metatune.workload.model_source import ModelSource, Shape
+from metatune.workload.relax_tasks import ImportedModel, compile_model, extract_tasks, import_model, task_context
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
-
-    from metatune.workload.networks import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +64,14 @@ class TaskResult:
 
 @dataclass
 class ModelTuneResult:
-    model: str
+    model: str  # the --model SPEC
+    inputs: list[dict[str, Any]]  # name, shape, dtype of each input
     strategy: str
     trials: int
     tasks: list[TaskResult]
-    model_latency_ms: float  # median of TVM's timing passes
-    torch_latency_ms: float  # PyTorch eager on the same BatchNorm-folded network and input: median of its passes
+    model_ms: float  # median of TVM's timing passes
+    reference: str  # the source library: PyTorch eager (BatchNorm folded, as TVM compiles it) or onnxruntime
+    reference_ms: float  # median of its passes on the same inputs
     comparison: Comparison  # every pass of both sides, their ratios, `unstable`, `speedup`
     untuned: list[str]  # tasks without a successful trial: compiled unscheduled
     threads: int
@@ -88,13 +90,13 @@ class ModelTuneResult:
         return {**asdict(self), "comparison": self.comparison.to_json()}
 
 
-def check_request(model_name: str, strategy: str) -> "ModelSpec":
-    """The model's spec, or a one-line error for an unknown model or strategy (cheap: no TVM)."""
-    spec = get_model(model_name)
+def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
+    """The parsed --model SPEC, or a one-line error for an unknown model, a missing file or an
+    unknown strategy (cheap: neither TVM nor the model is loaded)."""
     if strategy not in MODEL_STRATEGIES:
         raise MetatuneError(f"strategy {strategy!r} is not available for --model; choose one of "
                             f"{', '.join(MODEL_STRATEGIES)}")
-    return spec
+    return ModelSource.parse(model, input_shapes)
 
 
 def _best_us(latencies: list[float | None]) -> float | None:
@@ -165,40 +167,51 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
     return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, notes
 
 
-def _compile_and_compare(model: Any, target: Any, db_dir: Path, threads: int) -> tuple[float, float, Comparison]:
-    """(compile seconds, max relative error against PyTorch, the timing of TVM against PyTorch eager)."""
+def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, threads: int,
+                         export: Path | None) -> tuple[float, float, Comparison]:
+    """(compile seconds, max relative error against the source network, the timing of TVM against
+    the source library); the compiled model is written to `export` when given."""
     from tvm.s_tir import meta_schedule as ms
 
     t0 = time.perf_counter()
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
-    compiled = model_runtime.CompiledModel(compile_model(model.mod, target, database))
+    executable = compile_model(imported.mod, target, database)
     compile_s = time.perf_counter() - t0
-    error, run_s = model_runtime.verify(compiled, model.module, model.example)  # raises WrongResultError
-    x = model.example.numpy()
-    spec = ReferenceSpec("model", model.name, threads)
+    compiled = model_runtime.CompiledModel(executable)
+    inputs = imported.model.example_inputs()
+    error, run_s = model_runtime.verify(compiled, imported.model, inputs)  # raises WrongResultError
+    if export is not None:
+        about = {"model": imported.model.source.spec, "target": str(target), "database": str(db_dir)}
+        model_runtime.export_library(executable, imported.model.inputs, export, about)
+    spec = ReferenceSpec.model(imported.model.source, threads)
     repeat = model_runtime.repeats_for(run_s, spec.pass_s)
-    return compile_s, error, compare(spec, lambda: compiled.latency_ms(x, repeat))
+    return compile_s, error, compare(spec, lambda: compiled.latency_ms(inputs, repeat))
 
 
 @exclusive_database
-def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
+def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                report: Callable[[int, int, str], None] | None = None, target: str | None = None,
-               verbose: bool = False) -> ModelTuneResult:
-    """Tune all tasks of `model_name` until the database holds `trials` trials of them in total,
-    then compile the model with the best schedules, check it against PyTorch and time both.
-    MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
+               verbose: bool = False, input_shapes: list[Shape] | None = None,
+               export: Path | None = None) -> ModelTuneResult:
+    """Tune all tasks of the network `model` (a --model SPEC with its `input_shapes`, or the network
+    already imported) until the database holds `trials` trials of them in total, then compile it with the best schedules, check it against the source
+    network, write it to `export` (a shared library) when given, and time it against the source
+    library. MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
-    spec = check_request(model_name, strategy)
+    if isinstance(model, str):
+        model = import_model(check_request(model, input_shapes or [], strategy))
+    else:
+        check_request(model.model.source.spec, list(model.model.source.input_shapes), strategy)
+    imported, source = model, model.model.source
     setup = prepare(strategy, trials, checkpoint, runner, target=target)
     tvm_target = setup.target
-    model = import_model(spec)
-    tasks = extract_tasks(model.mod, tvm_target)
+    tasks = extract_tasks(imported.mod, tvm_target)
     uncovered = task_coverage(tasks, tvm_target)
     cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
-    notes = setup.notes + notes
+    notes = setup.notes + imported.model.notes + notes
     db_dir.mkdir(parents=True, exist_ok=True)
     done = sum(len(measured_latencies(db_dir, t.dispatched[0])) for t in tasks)
     remaining = trials - done
@@ -239,13 +252,14 @@ def tune_model(model_name: str, trials: int, strategy: str, db_dir: Path, checkp
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
     threads = setup.measurer.settings.num_threads
-    compile_s, error, comparison = _compile_and_compare(model, tvm_target, db_dir, threads)
+    compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export)
     if comparison.unstable:
         notes.append(comparison.summary())
     assert comparison.tvm is not None
     return ModelTuneResult(
-        model=model_name, strategy=strategy, trials=sum(r.trials for r in results), tasks=results,
-        model_latency_ms=round(comparison.tvm.median_ms, 3), torch_latency_ms=round(comparison.reference.median_ms, 3),
+        model=source.spec, inputs=[asdict(i) for i in imported.model.inputs], strategy=strategy,
+        trials=sum(r.trials for r in results), tasks=results, model_ms=round(comparison.tvm.median_ms, 3),
+        reference=source.library, reference_ms=round(comparison.reference.median_ms, 3),
         comparison=comparison, untuned=untuned, threads=threads,
         wall_s=round(time.perf_counter() - start, 2), tune_s=round(tune_s, 2),
         search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),

@@ -1,7 +1,5 @@
-"""A PyTorch model as a Relax module, its MetaSchedule tasks, and its compiled form.
+"""A network as a Relax module, its MetaSchedule tasks, and its compiled form.
 
-BatchNorm is folded into the preceding convolution in PyTorch before export: Relax keeps an
-inference BatchNorm as its own elementwise tasks, and tuning time would go to them.
 Tasks are extracted after the passes `compile_relax` runs before it consults the database
 (library dispatch, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR): on
 the frontend's module `extract_tasks` finds no task at all, and only functions fused the
@@ -14,55 +12,36 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from metatune import MetatuneError
+from metatune.workload.model_source import ModelSource, SourceModel
+from metatune.workload.onnx_model import OnnxModel
+from metatune.workload.torch_model import TorchModel
 
 if TYPE_CHECKING:
-    import torch
     import tvm
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
 
-    from metatune.workload.networks import ModelSpec
+
+def load_model(source: ModelSource, seed: int = 0) -> SourceModel:
+    """The network of a `--model SPEC` (imports PyTorch or ONNX; runs a FILE.py SPEC's file)."""
+    return (OnnxModel if source.kind == "onnx" else TorchModel).load(source, seed)
 
 
 @dataclass
 class ImportedModel:
-    """A model ready to tune: the PyTorch reference and its Relax form (weights as constants)."""
+    """A network ready to tune: the loaded source and its Relax form (weights as constants)."""
 
-    name: str
-    module: "torch.nn.Module"  # eval mode, BatchNorm not folded: the reference output
-    folded: "torch.nn.Module"  # BatchNorm folded: the network that is compiled
-    example: "torch.Tensor"
-    mod: "tvm.IRModule"  # Relax, BatchNorm folded
-    folded_batchnorms: int
-    left_batchnorms: int  # BatchNorm layers not directly after a convolution
+    model: SourceModel
+    mod: "tvm.IRModule"
 
-
-def _count_batchnorms(module: "torch.nn.Module") -> int:
-    from torch import nn
-
-    return sum(isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)) for m in module.modules())
+    @property
+    def name(self) -> str:
+        return self.model.source.name
 
 
-def fold_batchnorm(module: "torch.nn.Module") -> tuple["torch.nn.Module", int, int]:
-    """A copy with every BatchNorm that directly follows a conv/linear folded into its weights
-    (torch.fx's `fuse`), and how many were folded and left."""
-    from torch.fx.experimental.optimization import fuse
-
-    before = _count_batchnorms(module)
-    folded = fuse(module)
-    left = _count_batchnorms(folded)
-    return folded, before - left, left
-
-
-def import_model(spec: "ModelSpec", seed: int = 0) -> ImportedModel:
-    """Build the model, fold BatchNorm, export it with torch.export and translate it to Relax."""
-    import torch
-    from tvm.relax.frontend.torch import from_exported_program
-
-    module = spec.build(seed)
-    example = spec.example_input(seed)
-    folded, n_folded, n_left = fold_batchnorm(module)
-    mod = from_exported_program(torch.export.export(folded, (example,)), keep_params_as_input=False)
-    return ImportedModel(spec.name, module, folded, example, mod, n_folded, n_left)
+def import_model(source: ModelSource, seed: int = 0) -> ImportedModel:
+    """Load the network and translate it to Relax (PyTorch: BatchNorm folded, then torch.export)."""
+    model = load_model(source, seed)
+    return ImportedModel(model, model.to_relax())
 
 
 def tuning_passes(target: "tvm.target.Target") -> list[Any]:

@@ -18,6 +18,7 @@ from safetensors.numpy import save_file
 
 from metatune.fileio import REPO_ROOT
 from tests.dataset.gpu_sources import SHIPPED_GPU, write_source
+from tests.tune.onnx_models import small_cnn
 
 ZOO = REPO_ROOT / "zoo"
 
@@ -164,6 +165,22 @@ def db_is_a_file(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return ["tune", "--workload", "dense:m=16,n=16,k=16", "--db", str(tmp / "db")], {}
 
 
+SMALL_NET = Path(__file__).parents[1] / "tune" / "data" / "small_net.py"
+
+
+def tune_model(spec: str, *extra: str) -> Build:
+    """`tune --model SPEC` on a file that `spec` names under tmp ({tmp} is replaced)."""
+    def build(tmp: Path) -> tuple[list[str], dict[str, str]]:
+        small_cnn(tmp / "fixed.onnx")
+        small_cnn(tmp / "dynamic.onnx", batch="N")
+        small_cnn(tmp / "celu.onnx", op="Celu")
+        (tmp / "text.onnx").write_text("not an ONNX model\n")
+        args = [a.replace("{tmp}", str(tmp)) for a in ("--model", spec, *extra)]
+        return ["tune", *args, "--trials", "1", "--db", str(tmp / "db")], {}
+
+    return build
+
+
 CASES: list[tuple[str, Build, str]] = [
     # workloads
     ("unknown family", lambda tmp: (["measure", "nosuchop:m=1", "--random", "2"], {}), "unknown family"),
@@ -241,6 +258,19 @@ CASES: list[tuple[str, Build, str]] = [
     ("import into another device's dataset", import_into_cpu_dataset,
      "holds measurements of x86_64-sapphirerapids-2c, these records are of cuda-sm90-h100"),
     # zoo adapt: refused before anything is measured
+    ("model file missing", tune_model("{tmp}/none.onnx"), "no such file"),
+    ("model file not ONNX", tune_model("{tmp}/text.onnx"), "is not a valid ONNX model"),
+    ("model operator Relax lacks", tune_model("{tmp}/celu.onnx"), "not supported for frontend ONNX: Celu"),
+    ("model dynamic dimension without --input-shape", tune_model("{tmp}/dynamic.onnx"),
+     "input 'x' of"),
+    ("model callable missing", tune_model(f"{SMALL_NET}:nothing", "--input-shape", "1,3,16,16"),
+     "has no callable 'nothing'"),
+    ("model callable raises", tune_model(f"{SMALL_NET}:broken", "--input-shape", "1,3,16,16"),
+     "broken() raised ValueError"),
+    ("model export into a missing folder", tune_model("{tmp}/fixed.onnx", "--export", "{tmp}/no/net.so"),
+     "no such folder"),
+    ("model bad input shape", tune_model("{tmp}/fixed.onnx", "--input-shape", "1,3,x"), "--input-shape"),
+    ("run a library that is missing", lambda tmp: (["run", str(tmp / "none.so")], {}), "no such file"),
     ("adapt from an unknown device", lambda tmp: (["zoo", "adapt", "--from", "x86_64-nosuchcpu-2c",
                                                    "--out", str(tmp / "run")], {}),
      "no checkpoint 'x86_64-nosuchcpu-2c'"),

@@ -59,11 +59,11 @@ def test_random_configurations_of_every_family_encode_on_every_target_class(fami
 def test_metatune_encodes_every_task_of_the_shipped_models_on_every_target_class(model, target_class):
     """`tune --model` reports these as fallback_tasks: none may fall back to XGBModel."""
     from metatune.tune.model_tuner import task_coverage
-    from metatune.workload.networks import get_model
+    from metatune.workload.model_source import ModelSource
     from metatune.workload.relax_tasks import extract_tasks, import_model
 
     target = _target(target_class)
-    tasks = extract_tasks(import_model(get_model(model)).mod, target)
+    tasks = extract_tasks(import_model(ModelSource.parse(model)).mod, target)
     uncovered = {name: why for name, why in task_coverage(tasks, target).items() if why is not None}
     assert len(tasks) == {"resnet18": 19, "tinycnn": 4}[model] and uncovered == {}
 

@@ -65,11 +65,11 @@ def structure(func) -> tuple[list, list]:
 @pytest.fixture(scope="module")
 def resnet18(target):
     """ResNet-18 through Relax and its tasks, imported once for the tests below."""
-    from metatune.workload.networks import get_model
+    from metatune.workload.model_source import ModelSource
     from metatune.workload.relax_tasks import extract_tasks, import_model
 
-    model = import_model(get_model("resnet18"))
-    return model, extract_tasks(model.mod, target)
+    imported = import_model(ModelSource.parse("resnet18"))
+    return imported.model, extract_tasks(imported.mod, target)
 
 
 def test_resnet18_tasks_are_its_convolutions_with_batchnorm_folded(resnet18):
@@ -148,11 +148,11 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target):
     from metatune.space.knob_space import DesignSpaces
     from metatune.tune.fallback import RoutedCostModel, uncovered_reason
     from metatune.tune.tuner import resolve_checkpoint
-    from metatune.workload.networks import get_model
+    from metatune.workload.model_source import ModelSource
     from metatune.workload.relax_tasks import extract_tasks, import_model
 
     import_tensor_intrinsics()  # before the first TuneContext, which would import them the slow way
-    tasks = {t.task_name: t for t in extract_tasks(import_model(get_model("tinycnn")).mod, target)}
+    tasks = {t.task_name: t for t in extract_tasks(import_model(ModelSource.parse("tinycnn")).mod, target)}
     conv = next(n for n in tasks if re.fullmatch(r"conv2d\d*", n))
     modules = {conv: tasks[conv].dispatched[0], "softmax": softmax_module()}
     contexts = {n: ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name=n)
@@ -191,13 +191,15 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     result = json.loads(out.read_text())
     assert result["model"] == "tinycnn" and result["strategy"] == "random" and result["trials"] == 8
     assert result["verified"] and result["max_rel_error"] < 1e-4
-    assert result["model_latency_ms"] > 0 and result["torch_latency_ms"] > 0
+    assert result["model_ms"] > 0 and result["reference_ms"] > 0
     comparison = result["comparison"]  # PyTorch eager timed in its own process, passes alternating with TVM's
     assert comparison["spec"] == {"kind": "model", "name": "tinycnn", "threads": result["threads"], "pass_s": PASS_S,
-                                  "device": "cpu"}
+                                  "device": "cpu", "inputs": [], "library": "PyTorch eager"}
+    assert result["reference"] == comparison["library"] == "PyTorch eager"
+    assert result["inputs"] == [{"name": "input0", "shape": [1, 3, 16, 16], "dtype": "float32"}]
     assert PASSES <= len(comparison["tvm"]["passes_ms"]) == len(comparison["reference"]["passes_ms"]) <= MAX_PASSES
-    assert result["model_latency_ms"] == pytest.approx(comparison["tvm"]["median_ms"], abs=5e-4)
-    assert result["torch_latency_ms"] == pytest.approx(comparison["reference"]["median_ms"], abs=5e-4)
+    assert result["model_ms"] == pytest.approx(comparison["tvm"]["median_ms"], abs=5e-4)
+    assert result["reference_ms"] == pytest.approx(comparison["reference"]["median_ms"], abs=5e-4)
     assert (comparison["speedup"] is None) == comparison["unstable"]
     assert comparison["reference"]["max_rel_error"] < 1e-4
     tasks = {t["name"]: t for t in result["tasks"]}
@@ -223,13 +225,13 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
     from metatune.search.online_model import MetaTuneCostModel
     from metatune.tune.fallback import RoutedCostModel
     from metatune.tune.tuner import measured_latencies, resolve_checkpoint, warm_start
-    from metatune.workload.networks import get_model
+    from metatune.workload.model_source import ModelSource
     from metatune.workload.relax_tasks import extract_tasks, import_model
 
     db, _, _, res = tinycnn_run
     assert res.returncode == 0, res.stderr
     import_tensor_intrinsics()
-    tasks = extract_tasks(import_model(get_model("tinycnn")).mod, target)
+    tasks = extract_tasks(import_model(ModelSource.parse("tinycnn")).mod, target)
     conv = next(t for t in tasks if re.fullmatch(r"conv2d\d*", t.task_name))
     trained = resolve_checkpoint("auto", local_fingerprint())[0]
     metatune, xgb = MetaTuneCostModel(trained), ms.cost_model.CostModel.create("xgb", num_tuning_cores=1)

@@ -1,8 +1,7 @@
-"""Small CNNs in plain PyTorch (no torchvision) for whole-model tuning.
+"""The registry of `--model` names: small CNNs in plain PyTorch for whole-model tuning.
 
 Each model is built with seeded weights in eval mode, so a name always means the same
-network and the same reference output. torch is imported only when a model is built, so
-the registry can be listed cheaply.
+network and the same reference output.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from metatune import MetatuneError
 from metatune.workload.networks.resnet import resnet18
 from metatune.workload.networks.tiny import TinyCNN
 
@@ -38,11 +36,6 @@ class ModelSpec:
             module.calibrate(self.input_shape)
         return module.eval()
 
-    def example_input(self, seed: int = 0) -> "torch.Tensor":
-        import torch
-
-        return torch.randn(self.input_shape, generator=torch.Generator().manual_seed(seed))
-
 
 def _resnet18() -> "CalibratedModule":
     return resnet18()
@@ -59,10 +52,3 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("tinycnn", (1, 3, 16, 16), _tinycnn),  # four tasks, for tests
     )
 }
-
-
-def get_model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise MetatuneError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
