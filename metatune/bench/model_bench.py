@@ -1,7 +1,14 @@
-"""End to end: tune every task of a whole model per strategy, compile it, time it against PyTorch.
+"""End to end: tune every task of a whole model per strategy, compile it, time it against its
+source library (PyTorch eager or onnxruntime) and, for a PyTorch model, against onnxruntime too.
 
-Layout: `model/<model>/<strategy>-r<repeat>/` (the run's database) and `.json` (its
-`ModelTuneResult`), `model_table.md`. Strategies alternate per repeat, as in the suite bench.
+Each (strategy, repeat) tunes to each trial total in turn on one database (a later total resumes
+the earlier run), so `--trials-total 200,1000` gives the 200-trial and the 1,000-trial model from
+one tuning run. A PyTorch model is exported once to ONNX (torch.onnx, BatchNorm folded as TVM
+compiles it) so that onnxruntime runs the same network; the tuned library is checked against it
+and timed against it in paired passes, like every reference.
+Layout: `model/<name>/<strategy>-r<repeat>/` (database, exported library), `<strategy>-r<repeat>-
+t<trials>.json` (the `ModelTuneResult`, with `onnxruntime`), `<name>.onnx`, and `model_table.md`.
+Strategies alternate per repeat, as in the suite bench.
 """
 
 from __future__ import annotations
@@ -12,63 +19,115 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune.bench.harness import BenchProgress, read_result, write_json
+from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
+from metatune.tune import model_runtime
 from metatune.tune.model_tuner import check_request, tune_model
+from metatune.workload.model_source import ModelSource, Shape
+from metatune.workload.relax_tasks import ImportedModel, import_model, load_model
+from metatune.workload.torch_model import TorchModel
 
 
-def run_model_bench(model: str, trials_total: int, strategies: list[str], repeats: int, out: Path,
+def onnx_twin(imported: ImportedModel, folder: Path) -> ModelSource | None:
+    """The PyTorch model as an ONNX file in `folder` (written once), for onnxruntime; None for an
+    ONNX model (its own reference is onnxruntime already)."""
+    model = imported.model
+    if not isinstance(model, TorchModel):
+        return None
+    path = folder / f"{model.source.name}.onnx"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        model.export_onnx(path)
+    return ModelSource.parse(str(path), model.source.input_shapes or [i.shape for i in model.inputs])
+
+
+def against_onnxruntime(library: Path, twin: ModelSource, threads: int) -> Comparison:
+    """The exported library checked against onnxruntime on the ONNX twin, then timed against it."""
+    compiled, _ = model_runtime.load_library(library)
+    onnx_model = load_model(twin)
+    inputs = onnx_model.example_inputs()
+    _, run_s = model_runtime.verify(compiled, onnx_model, inputs)  # raises WrongResultError
+    spec = ReferenceSpec.model(twin, threads)
+    repeat = model_runtime.repeats_for(run_s, spec.pass_s)
+    return compare(spec, lambda: compiled.latency_ms(inputs, repeat))
+
+
+def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
+    return out / "model" / name / f"{strategy}-r{repeat}-t{trials}.json"
+
+
+def run_model_bench(model: str, trials_totals: list[int], strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
-                    progress: BenchProgress | None = None, target: str | None = None) -> None:
-    """Each (strategy, repeat) tunes the model to `trials_total` trials; finished runs are skipped."""
-
+                    progress: BenchProgress | None = None, target: str | None = None,
+                    input_shapes: list[Shape] | None = None) -> None:
+    """Each (strategy, repeat) tunes the model to each of `trials_totals` in turn; finished runs
+    are skipped."""
+    totals = sorted(set(trials_totals))
     for strategy in strategies:
-        name = check_request(model, [], strategy).name  # one-line errors before anything is measured
+        check_request(model, input_shapes or [], strategy)  # one-line errors before anything is measured
+    imported = import_model(ModelSource.parse(model, input_shapes or []))
+    name = imported.name
+    twin = onnx_twin(imported, out / "model" / name)
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]
-    progress = progress or BenchProgress(total=len(runs) * trials_total)
-    offset = 0
-    for strategy, repeat in runs:
-        path = out / "model" / name / f"{strategy}-r{repeat}.json"
-        previous = read_result(path)
-        if previous and previous["trials"] >= trials_total:
-            offset += trials_total
-            progress.set(offset, f"{model} [{strategy}] done")
-            continue
+    progress = progress or BenchProgress(total=len(runs) * totals[-1])
+    for i, (strategy, repeat) in enumerate(runs):
+        base = i * totals[-1]
+        run_dir = out / "model" / name / f"{strategy}-r{repeat}"
+        for trials in totals:
+            path = result_path(out, name, strategy, repeat, trials)
+            previous = read_result(path)
+            if previous and previous["trials"] >= trials:
+                progress.set(base + trials, f"{name} [{strategy}] {trials} trials done")
+                continue
 
-        def report(n: int, total: int, status: str, base: int = offset, strategy: str = strategy) -> None:
-            progress.set(base + min(n, total), f"{model} [{strategy}] {status}")
+            def report(n: int, total: int, status: str, base: int = base, strategy: str = strategy) -> None:
+                progress.set(base + min(n, total), f"{name} [{strategy}] {status}")
 
-        result = tune_model(model, trials_total, strategy, path.with_suffix(""), checkpoint=checkpoint,
-                            runner=runner, trials_per_iter=trials_per_iter, seed=repeat, report=report,
-                            target=target).to_json()
-        result["repeat"] = repeat
-        write_json(path, result)
-        offset += trials_total
-        progress.set(offset, f"{model} [{strategy}] {result['model_ms']} ms")
+            library = run_dir / f"{name}-t{trials}.so"
+            tuned = tune_model(imported, trials, strategy, run_dir, checkpoint=checkpoint, runner=runner,
+                               trials_per_iter=trials_per_iter, seed=repeat, report=report, target=target,
+                               export=library)
+            result = tuned.to_json()
+            if twin is not None:
+                result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads).to_json()
+            result["repeat"], result["trials_total"] = repeat, trials
+            write_json(path, result)
+            progress.set(base + trials, f"{name} [{strategy}] {trials} trials: {result['model_ms']} ms")
 
 
 def model_table(out: Path) -> str:
-    """Model latency per strategy (median of repeats) against PyTorch eager, from the run JSONs;
-    no ratio (`unstable`) when any repeat's timing was unstable."""
+    """Model latency per strategy and trial total (median of repeats) against the source library
+    and, where measured, onnxruntime, from the run JSONs; a speed-up is the median of the runs'
+    paired-pass speed-ups, `unstable` when any run's timing was."""
     runs = [json.loads(p.read_text()) for p in sorted((out / "model").glob("*/*.json"))]
     if not runs:
         return ""
-    lines = ["| model | strategy | trials | repeats | TVM latency ms | PyTorch eager ms | PyTorch / TVM | "
-             "tasks (untuned) | tuning wall s | verified |", "|" + "---|" * 10]
-    for (model, strategy), group in _groups(runs, lambda r: (r["model"], r["strategy"])).items():
+    lines = ["| model | strategy | trials | repeats | TVM ms | reference | reference ms | reference / TVM | "
+             "onnxruntime ms | onnxruntime / TVM | tasks (untuned) | tuning wall s | verified |", "|" + "---|" * 13]
+    groups = _groups(runs, lambda r: (r["model"], r["strategy"], r.get("trials_total", r["trials"])))
+    for (model, strategy, _), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][2], item[0][1])):
         tvm_ms = statistics.median(r["model_ms"] for r in group)
-        torch_ms = statistics.median(r["reference_ms"] for r in group)
+        reference_ms = statistics.median(r["reference_ms"] for r in group)
+        ort = [r["onnxruntime"] for r in group if "onnxruntime" in r]
+        ort_ms = f"{statistics.median(c['reference']['median_ms'] for c in ort):.2f}" if ort else "–"
         lines.append(
             f"| {model} | {strategy} | {statistics.median(r['trials'] for r in group):.0f} | {len(group)} | "
-            f"{tvm_ms:.2f} | {torch_ms:.2f} | {_ratio(torch_ms, tvm_ms, group)} | {len(group[0]['tasks'])} "
+            f"{tvm_ms:.2f} | {group[0].get('reference', 'PyTorch eager')} | {reference_ms:.2f} | "
+            f"{_speedup([r.get('comparison', {}) for r in group], reference_ms / tvm_ms)} | {ort_ms} | "
+            f"{_speedup(ort) if ort else '–'} | {len(group[0]['tasks'])} "
             f"({max(len(r['untuned']) for r in group)}) | {statistics.median(r['tune_s'] for r in group):.0f} | "
             f"{all(r['verified'] for r in group)} |")
     return "\n".join(lines) + "\n"
 
 
-def _ratio(torch_ms: float, tvm_ms: float, group: list[dict[str, Any]]) -> str:
-    """PyTorch / TVM, or `unstable` (runs measured before passes were kept count as stable)."""
-    if any(r.get("comparison", {}).get("unstable") for r in group):
+def _speedup(comparisons: list[dict[str, Any]], medians_ratio: float | None = None) -> str:
+    """The median of the comparisons' speed-ups, or `unstable`; runs from before paired passes
+    were kept have no speed-up, and their ratio of medians is shown instead."""
+    if any(c.get("unstable") for c in comparisons):
         return "unstable"
-    return f"{torch_ms / tvm_ms:.2f}×"
+    speedups = [c["speedup"] for c in comparisons if c.get("speedup") is not None]
+    if len(speedups) == len(comparisons):
+        return f"{statistics.median(speedups):.2f}×"
+    return "–" if medians_ratio is None else f"{medians_ratio:.2f}×"
 
 
 def _groups(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict[str, Any]]]:

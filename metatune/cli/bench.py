@@ -17,9 +17,13 @@ app = typer.Typer()
 def bench(
     suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "
                                             "file listing workload texts or {name, workload} items."),
-    model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (e.g. resnet18) "
-                                                   "per strategy and time it against PyTorch eager."),
-    trials_total: int = typer.Option(1000, min=1, help="With --model: trials per strategy over all of the model's tasks."),
+    model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (a tune --model "
+                                                   "SPEC: resnet18, PATH.onnx, FILE.py:CALLABLE, torchvision:NAME) per "
+                                                   "strategy and time it against PyTorch eager and onnxruntime."),
+    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="With --model: an input's shape "
+                                                    "(repeat per input), as for tune --model."),
+    trials_total: str = typer.Option("1000", help="With --model: trials per strategy over all of the model's tasks; "
+                                                  "several (200,1000) are reached in turn by one resumed run."),
     budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
     strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
     repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
@@ -36,8 +40,9 @@ def bench(
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     with stop_cleanly():
         if model is not None:
-            run_model_bench_command(model, trials_total, strategies, repeats, out, checkpoint, runner,
-                                    trials_per_iter, report_only, target)
+            run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
+                                    repeats, out, checkpoint, runner, trials_per_iter, report_only, target,
+                                    input_shape or [])
         elif references_only:
             run_references_command(suite, budgets, strategies, out, target)
         else:
@@ -58,23 +63,26 @@ def run_references_command(suite: str, budgets: str, strategies: str, out: Path,
         typer.echo(write_report(out, config.budgets))
 
 
-def run_model_bench_command(model: str, trials_total: int, strategies: str, repeats: int, out: Path,
+def run_model_bench_command(model: str, trials_totals: list[int], strategies: str, repeats: int, out: Path,
                             checkpoint: str, runner: str, trials_per_iter: int, report_only: bool,
-                            target: str | None = None) -> None:
-    """`--model NAME`: each strategy tunes all the model's tasks; the table compares them with PyTorch eager."""
+                            target: str | None = None, input_shape: list[str] | None = None) -> None:
+    """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
+    PyTorch eager and onnxruntime."""
     from metatune.bench.harness import BenchProgress
     from metatune.bench.model_bench import model_table, run_model_bench
     from metatune.progress import progress_bar
+    from metatune.workload.model_source import parse_shape
 
     names = parse_list(strategies, "--strategies")
+    shapes = [parse_shape(text) for text in input_shape or []]
     if not report_only:
-        total = len(names) * repeats * trials_total
+        total = len(names) * repeats * max(trials_totals)
         with progress_bar() as bar:
             task = bar.add_task(f"bench {model}", total=total, status="")
             progress = BenchProgress(total=total)
             progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
-            run_model_bench(model, trials_total, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
-                            target)
+            run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
+                            target, shapes)
     table = model_table(out)
     if not table:
         raise MetatuneError(f"{out} holds no model bench results yet")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Optional
@@ -158,10 +159,16 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
         raise MetatuneError(f"--export {export}: no such folder {export.parent}")
     if export is not None and export.suffix != ".so":
         raise MetatuneError(f"--export {export}: the library's name must end in .so")
-    imported = import_model(source)  # a model that cannot be loaded or imported stops here, in one line
+    # A model that cannot be loaded or imported stops here, in one line; the frontends' warnings
+    # are replayed inside the console below, which sends them to the run's log unless -v.
+    with warnings.catch_warnings(record=True) as import_warnings:
+        warnings.simplefilter("default")
+        imported = import_model(source)
     what = f"model-{source.name}" if source.kind == "registry" else f"model-{source.name}:{source.spec}|{shapes}"
     db_dir = db or default_db_dir(strategy, what, target)
     with tuning_console(db_dir, verbose, f"tune {source.name} [{strategy}]", trials) as show:
+        for caught in import_warnings:
+            warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
         result = tune_model(imported, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
                             trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
                             report=lambda done, total, status: show(done, status), export=export)

@@ -172,8 +172,10 @@ def zoo_adapt(
                                                 "each validation workload still ranks after 16 support samples."),
     spec: Path = typer.Option(ADAPT_SPEC, help="The workloads to measure (a dataset spec; its held-out workloads "
                                                "choose the adaptation)."),
-    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID); running again "
-                                                  "resumes the measuring."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID)."),
+    data: Optional[Path] = typer.Option(None, help="Where the measurements go (default datasets/DEVICE_ID-SPEC_NAME, "
+                                                   "beside the shipped datasets: keep its sealed shards with the "
+                                                   "published checkpoint); running again resumes the measuring."),
     publish: bool = typer.Option(True, help="Publish the adapted checkpoint as the device's next zoo version."),
     zoo: Optional[Path] = ZOO_OPTION,
     as_json: bool = JSON_OPTION,
@@ -186,6 +188,7 @@ def zoo_adapt(
     it, so that `tune` resolves it for this device from then on.
     """
     from metatune import zoo as z
+    from metatune.dataset.spec import load_spec
     from metatune.encode.supergraph import Template
     from metatune.env.device import fingerprint_for_target, require_runnable
     from metatune.learn.adapt import run_adapt
@@ -203,8 +206,11 @@ def zoo_adapt(
         raise MetatuneError(f"{info['id']} is already a checkpoint of {device.device_id}: nothing to adapt "
                             "(fine-tuning on new data is `metatune train`'s job)")
     out = out if out is not None else REPO_ROOT / "runs" / f"adapt-{device.device_id}"
+    if data is None:
+        data = REPO_ROOT / "datasets" / f"{device.device_id}-{load_spec(spec).name}"
     with stop_cleanly():
-        card = run_adapt(trained, info, spec, samples, out, target, echo=lambda line: typer.echo(line, err=as_json))
+        card = run_adapt(trained, info, spec, samples, out, target, echo=lambda line: typer.echo(line, err=as_json),
+                         data_dir=data)
     entry = z.publish(out, root) if publish else None
     if as_json:
         echo_json({"run_dir": str(out), "adaptation": card["adaptation"], "metrics": card["metrics"]["metatune"],

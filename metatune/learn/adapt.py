@@ -167,12 +167,13 @@ def write_run(out: Path, adaptation: Adaptation, data_dir: Path, source: dict[st
 
 
 def run_adapt(source: TrainedModel, source_info: dict[str, Any], spec: Path, samples: int, out: Path,
-              target: str | None = None, config: AdaptConfig | None = None, echo: Echo = print) -> dict[str, Any]:
-    """Measure `spec`'s workloads on this device into `out`/data (resuming what is there), adapt
-    `source` to them and write the run directory `out`; returns its card."""
+              target: str | None = None, config: AdaptConfig | None = None, echo: Echo = print,
+              data_dir: Path | None = None) -> dict[str, Any]:
+    """Measure `spec`'s workloads on this device into `data_dir` (default `out`/data; resuming what
+    is there), adapt `source` to them and write the run directory `out`; returns its card."""
 
     config = config or AdaptConfig()
-    data_dir = out / "data"
+    data_dir = data_dir if data_dir is not None else out / "data"
     start = time.perf_counter()
     build_dataset(spec, data_dir, target=target, samples=samples)
     measured = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -205,3 +206,15 @@ class TorchModel(SourceModel):
         torch.set_num_threads(threads)
         tensors, folded = self._tensors(inputs), self.folded
         return lambda: folded(*tensors)
+
+    def export_onnx(self, path: Path) -> None:
+        """The network TVM compiles (BatchNorm folded) as an ONNX file with its weights inside
+        (torch.onnx's exporter), so that onnxruntime runs the same computation."""
+        import onnx
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's progress and deprecation chatter
+            program = torch.onnx.export(self.folded, self._tensors(self.example_inputs()), dynamo=True,
+                                        optimize=True, verbose=False)
+        onnx.save(program.model_proto, path)

@@ -166,12 +166,17 @@ def test_config_sorts_and_checks_budgets():
 
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     out = tmp_path / "model-bench"
-    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "8", "--strategies", "random", "--out", str(out))
+    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--strategies", "random", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((out / "model" / "tinycnn" / "random-r0.json").read_text())
-    assert result["verified"] and result["trials"] >= 8 and result["model_ms"] > 0
-    assert result["reference_ms"] > 0
-    assert "| tinycnn | random |" in (out / "model_table.md").read_text()
+    first, second = (json.loads((out / "model" / "tinycnn" / f"random-r0-t{t}.json").read_text()) for t in (4, 8))
+    assert first["trials"] >= 4 and second["trials"] >= 8  # the second total resumed the first run's database
+    for result in (first, second):
+        assert result["verified"] and result["model_ms"] > 0 and result["reference_ms"] > 0
+        ort = result["onnxruntime"]  # the tuned library timed against onnxruntime on the exported ONNX twin
+        assert ort["library"] == "onnxruntime" and ort["reference"]["median_ms"] > 0 and len(ort["ratios"]) >= 6
+    assert (out / "model" / "tinycnn" / "tinycnn.onnx").exists()
+    table = (out / "model_table.md").read_text()
+    assert "| tinycnn | random | 4 |" in table and "| tinycnn | random | 8 |" in table
 
 
 def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
@@ -213,5 +218,5 @@ def test_tables_give_no_ratio_against_an_unstable_reference(tmp_path):
             "reference_ms": 30.0, "tasks": [], "untuned": [], "tune_s": 1.0, "verified": True,
             "comparison": {"unstable": unstable}}))
     rows = model_table(tmp_path)
-    assert "| resnet18 | metatune | 1000 | 1 | 20.00 | 30.00 | unstable |" in rows
-    assert "| resnet18 | xgb | 1000 | 1 | 20.00 | 30.00 | 1.50× |" in rows
+    assert "| resnet18 | metatune | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | unstable | – | – |" in rows
+    assert "| resnet18 | xgb | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | 1.50× | – | – |" in rows

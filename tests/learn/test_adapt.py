@@ -39,7 +39,7 @@ def adapted(tmp_path_factory) -> tuple[Path, Path, dict]:
     shutil.copytree(REPO_ROOT / "zoo", zoo)
     out = root / "run"
     result = cli("zoo", "adapt", "--from", SOURCE, "--target", TARGET, "--spec", SPEC, "--samples", 32,
-                 "--out", out, "--zoo", zoo, "--json")
+                 "--out", out, "--data", out / "data", "--zoo", zoo, "--json")
     assert result.exit_code == 0, result.output
     return zoo, out, printed_json(result.stdout)
 
@@ -75,7 +75,7 @@ def test_adapting_again_resumes_without_measuring_anything_new(adapted):
     zoo, out, _ = adapted
     shards = sorted(p.name for p in (out / "data" / "workloads").rglob("*") if p.is_file())
     again = cli("zoo", "adapt", "--from", SOURCE, "--target", TARGET, "--spec", SPEC, "--samples", 32,
-                "--out", out, "--zoo", zoo, "--no-publish", "--json")
+                "--out", out, "--data", out / "data", "--zoo", zoo, "--no-publish", "--json")
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in (out / "data" / "workloads").rglob("*") if p.is_file()) == shards
     card = json.loads((out / CARD_FILE).read_text())

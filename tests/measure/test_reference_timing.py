@@ -101,7 +101,8 @@ def test_the_json_carries_every_pass_of_both_sides_in_alternating_order(target):
     assert data["ratio"]["low"] <= data["ratio"]["median"] <= data["ratio"]["high"]
     assert 0 <= data["other_cores"] < usable_cores()
     assert data["spec"] == {"kind": "operator", "name": str(WORKLOAD), "threads": usable_cores(), "pass_s": PASS_S,
-                            "device": "cpu"}
+                            "device": "cpu", "inputs": [], "library": "PyTorch eager"}
+    assert data["library"] == "PyTorch eager"
     assert data["process"] == "fresh" and data["flops"] == WORKLOAD.flops and reference["max_rel_error"] < 1e-4
     assert data["unstable"] == bool(data["reasons"]) and len(data["load_average"]) == 2
     if data["unstable"]:
