@@ -21,7 +21,7 @@ from typing import Any, Callable
 from metatune.bench.harness import BenchProgress, read_result, write_json
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
-from metatune.tune.model_tuner import check_request, tune_model
+from metatune.tune.model_tuner import check_strategy, tune_model
 from metatune.workload.model_source import ModelSource, Shape
 from metatune.workload.relax_tasks import ImportedModel, import_model, load_model
 from metatune.workload.torch_model import TorchModel
@@ -63,7 +63,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     are skipped."""
     totals = sorted(set(trials_totals))
     for strategy in strategies:
-        check_request(model, input_shapes or [], strategy)  # one-line errors before anything is measured
+        check_strategy(strategy)  # one-line errors before anything is measured
     imported = import_model(ModelSource.parse(model, input_shapes or []))
     name = imported.name
     twin = onnx_twin(imported, out / "model" / name)

@@ -90,12 +90,17 @@ class ModelTuneResult:
         return {**asdict(self), "comparison": self.comparison.to_json()}
 
 
-def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
-    """The parsed --model SPEC, or a one-line error for an unknown model, a missing file or an
-    unknown strategy (cheap: neither TVM nor the model is loaded)."""
+def check_strategy(strategy: str) -> None:
+    """A one-line error for a strategy whole-model tuning does not offer."""
     if strategy not in MODEL_STRATEGIES:
         raise MetatuneError(f"strategy {strategy!r} is not available for --model; choose one of "
                             f"{', '.join(MODEL_STRATEGIES)}")
+
+
+def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
+    """The parsed --model SPEC, or a one-line error for an unknown model, a missing file or an
+    unknown strategy (cheap: neither TVM nor the model is loaded)."""
+    check_strategy(strategy)
     return ModelSource.parse(model, input_shapes)
 
 
@@ -195,17 +200,15 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
                verbose: bool = False, input_shapes: list[Shape] | None = None,
                export: Path | None = None) -> ModelTuneResult:
     """Tune all tasks of the network `model` (a --model SPEC with its `input_shapes`, or the network
-    already imported) until the database holds `trials` trials of them in total, then compile it with the best schedules, check it against the source
-    network, write it to `export` (a shared library) when given, and time it against the source
-    library. MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
+    already imported) until the database holds `trials` trials of them in total, then compile it
+    with the best schedules, check it against the source network, write it to `export` (a shared
+    library) when given, and time it against the source library. MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
-    if isinstance(model, str):
-        model = import_model(check_request(model, input_shapes or [], strategy))
-    else:
-        check_request(model.model.source.spec, list(model.model.source.input_shapes), strategy)
-    imported, source = model, model.model.source
+    check_strategy(strategy)
+    imported = model if isinstance(model, ImportedModel) else import_model(ModelSource.parse(model, input_shapes or []))
+    source = imported.model.source
     setup = prepare(strategy, trials, checkpoint, runner, target=target)
     tvm_target = setup.target
     tasks = extract_tasks(imported.mod, tvm_target)
