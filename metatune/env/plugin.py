@@ -16,6 +16,7 @@ from typing import Any
 
 COST_MODEL = "tvm.s_tir.meta_schedule.cost_model.PyCostModel"
 SEARCH_STRATEGY = "tvm.s_tir.meta_schedule.search_strategy.PySearchStrategy"
+BUILDER = "tvm.s_tir.meta_schedule.builder.PyBuilder"
 RUNNER = "tvm.s_tir.meta_schedule.runner.PyRunner"
 RUNNER_FUTURE = "tvm.s_tir.meta_schedule.runner.PyRunnerFuture"
 MEASURE_CALLBACK = "tvm.s_tir.meta_schedule.measure_callback.PyMeasureCallback"

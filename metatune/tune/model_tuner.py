@@ -29,6 +29,7 @@ from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
+from metatune.tune.scheduling import gradient_scheduler
 from metatune.tune.tuner import (
     exclusive_database,
     measure_callbacks,
@@ -234,13 +235,14 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         if report is not None:
             status = _status(tasks)
             callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best))))
+        scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
         with tuning_loop(setup.measurer), ms.Profiler() as profiler:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
                           task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=remaining, num_trials_per_iter=per_iter,
-                          builder=setup.measurer.builder, runner=setup.measurer.runner,
+                          builder=builder, runner=setup.measurer.runner,
                           database=database, cost_model=cost_model,
-                          measure_callbacks=callbacks, task_scheduler=ms.task_scheduler.GradientBased(seed=seed))
+                          measure_callbacks=callbacks, task_scheduler=scheduler)
         profile = {k: float(v) for k, v in profiler.get().items()}
         for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():
             tuners[task], uncovered[task] = "xgb-fallback", why
