@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from metatune.env.device import usable_cores
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.tvm_setup import use_threads
+from metatune.measure.arguments import alloc_local
 from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck, device_type
 from metatune.workload.operators import Workload
 
@@ -133,7 +134,8 @@ class Measurer:
                 f_build=build_without_intrinsics,
             )
             self.runner = runner or LocalRunner(
-                timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config()
+                timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config(),
+                f_alloc_argument=alloc_local,
             )
         self.device_type = device_type(target)
         self._check: ReferenceCheck | None = None

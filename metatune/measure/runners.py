@@ -32,6 +32,7 @@ from metatune.env.device import (
     require_runnable,
 )
 from metatune.env.plugin import RUNNER, RUNNER_FUTURE, plugin_class
+from metatune.measure.arguments import alloc_rpc
 
 if TYPE_CHECKING:
     from tvm.rpc import RPCSession, TrackerSession
@@ -347,6 +348,7 @@ def make_rpc_runner(spec: RpcSpec, settings: "MeasureSettings") -> tuple[Any, "D
         RPCConfig(spec.tracker.host, spec.tracker.port, spec.key, session_timeout_sec=session_timeout),
         evaluator_config=settings.evaluator_config(),
         max_workers=workers,
+        f_alloc_argument=alloc_rpc,
     )
     # RPCRunner's pool has no time limit: once every server is gone its workers wait forever.
     rpc_runner.pool = PopenPoolExecutor(max_workers=workers, timeout=session_timeout + QUEUE_WAIT_S)
