@@ -184,7 +184,9 @@ class TorchModel(SourceModel):
             raise MetatuneError(f"torch.export cannot capture {self.source.spec} for inputs "
                                 f"{[s.shape for s in self.inputs]}: {first_line(err)}") from None
         try:
-            return from_exported_program(exported, keep_params_as_input=False)
+            with warnings.catch_warnings():  # the frontend's own use of an API torch deprecates, not the model's
+                warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+                return from_exported_program(exported, keep_params_as_input=False)
         except Exception as err:  # the frontend asserts on operators it has no converter for
             raise MetatuneError(f"Relax cannot import {self.source.spec}: {first_line(err)}") from None
 

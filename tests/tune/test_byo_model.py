@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,10 @@ def test_python_model_needs_its_input_shape_and_folds_its_batchnorm() -> None:
 
     with pytest.raises(MetatuneError, match="give it with --input-shape"):
         load_model(ModelSource.parse(SMALL_NET))
-    imported = import_model(ModelSource.parse(SMALL_NET, [(2, 3, 16, 16)]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = import_model(ModelSource.parse(SMALL_NET, [(2, 3, 16, 16)]))
+    assert not [w for w in caught if "LeafSpec" in str(w.message)], "the frontend's torch deprecation reached the user"
     model = imported.model
     assert (model.folded_batchnorms, model.left_batchnorms) == (1, 0)
     x = model.example_inputs()
