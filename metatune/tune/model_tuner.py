@@ -217,7 +217,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
     notes = setup.notes + imported.model.notes + notes
     db_dir.mkdir(parents=True, exist_ok=True)
-    done = sum(len(measured_latencies(db_dir, t.dispatched[0])) for t in tasks)
+    measured = [measured_latencies(db_dir, t.dispatched[0]) for t in tasks]
+    done = sum(len(m) for m in measured)
     remaining = trials - done
     profile: dict[str, float] = {}
     tune_start = time.perf_counter()
@@ -234,7 +235,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         callbacks = measure_callbacks()
         if report is not None:
             status = _status(tasks)
-            callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best))))
+            callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best)),
+                                               measured))
         scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
         with tuning_loop(setup.measurer), ms.Profiler() as profiler:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),

@@ -136,11 +136,12 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
 
 class _ProgressCallbackLogic:
     """Reports, after every batch, the trials done and the best median latency (s) of each task
-    measured so far (by task index)."""
+    measured so far (by task index), starting from the bests a resumed database already holds."""
 
-    def __init__(self, total: int, done: int, report: Callable[[int, int, dict[int, float]], None]) -> None:
+    def __init__(self, total: int, done: int, report: Callable[[int, int, dict[int, float]], None],
+                 best: dict[int, float]) -> None:
         self.total, self.done, self.report = total, done, report
-        self.best: dict[int, float] = {}
+        self.best = dict(best)
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
               runner_results: Any) -> None:
@@ -152,9 +153,12 @@ class _ProgressCallbackLogic:
         self.report(self.done, self.total, self.best)
 
 
-def progress_callback(total: int, done: int, report: Callable[[int, int, dict[int, float]], None]) -> Any:
-    """A MeasureCallback calling `report(done, total, best latency per task)` after every batch."""
-    return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report)
+def progress_callback(total: int, done: int, report: Callable[[int, int, dict[int, float]], None],
+                      measured: list[list[float | None]]) -> Any:
+    """A MeasureCallback calling `report(done, total, best latency per task)` after every batch;
+    `measured` holds each task's latencies already in the database (`measured_latencies`)."""
+    best = {i: min(ok) for i, latencies in enumerate(measured) if (ok := [x for x in latencies if x is not None])}
+    return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report, best)
 
 
 class _StopAtBatchEndLogic:
@@ -296,7 +300,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     tvm_target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
     mod = workload.irmodule()
-    done = len(measured_latencies(db_dir, mod))
+    measured = measured_latencies(db_dir, mod)
+    done = len(measured)
     remaining = trials - done
     start = time.perf_counter()
     cost_model, search = strategy_parts(strategy, setup, seed)
@@ -308,7 +313,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         callbacks = measure_callbacks()
         if report is not None:
             callbacks.append(progress_callback(
-                trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0)))
+                trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0),
+                [measured]))
         detach_unnamed_meta_schedule_log_handlers()
         set_meta_schedule_console(verbose)
         with tuning_loop(measurer), ms.Profiler() as profiler:

@@ -120,3 +120,20 @@ with stop_on_signals():
     # batch is built after it; TVM's GradientBased alone would have built all of the first round
     assert run["built_at_join"] == [first] and run["batches"] == first
     assert run["records"] == TRIALS_PER_TASK
+
+
+def test_progress_of_a_resumed_run_starts_from_the_database_bests():
+    """A resumed run reports every task measured so far, not only those of its own batches."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
+
+    from metatune.tune.tuner import progress_callback
+
+    reports = []
+    callback = progress_callback(20, 3, lambda n, total, best: reports.append((n, total, dict(best))),
+                                 [[None, 0.004, 0.002], [], [None]])
+    scheduler = TaskScheduler.create("round-robin")
+    callback.apply(scheduler, 1, [], [], [RunnerResult(run_secs=[0.003, 0.003, 0.003], error_msg=None),
+                                          RunnerResult(run_secs=None, error_msg="run_error")])
+    callback.apply(scheduler, 0, [], [], [RunnerResult(run_secs=[0.001] * 3, error_msg=None)])
+    assert reports == [(5, 20, {0: 0.002, 1: 0.003}), (6, 20, {0: 0.001, 1: 0.003})]
