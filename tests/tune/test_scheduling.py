@@ -14,6 +14,7 @@ import pytest
 
 from metatune.env.interrupt import Interrupted
 from metatune.fileio import RECORD_FILE, REPO_ROOT
+from tests.conftest import local_target
 from tests.processes import json_lines
 
 TRIALS_PER_TASK = 2
@@ -115,10 +116,13 @@ with stop_on_signals():
     assert out.returncode == 0, out.stderr
     run = json.loads(out.stdout.strip().splitlines()[-1])
     assert run["stopped"] == "SIGINT"
-    first = run["built_at_join"][0]
-    # the batch joined at the stop is written (the stop was asked after TVM's AddToDatabase), and no
-    # batch is built after it; TVM's GradientBased alone would have built all of the first round
-    assert run["built_at_join"] == [first] and run["batches"] == first
+    first = run["built_at_join"]
+    # The first join came before the round's last batch was built (TVM's GradientBased alone builds all
+    # of them first); the batch joined there is written (the stop came after TVM's AddToDatabase), no
+    # other batch is joined, and at most the one being built when Python's handler ran (it runs in the
+    # main thread at its next bytecode, not at once) is built after it.
+    assert len(first) == 1 and first[0] < len(extract_tinycnn_tasks(local_target()))
+    assert run["batches"] in (first[0], first[0] + 1)
     assert run["records"] == TRIALS_PER_TASK
 
 
