@@ -203,7 +203,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     """Tune all tasks of the network `model` (a --model SPEC with its `input_shapes`, or the network
     already imported) until the database holds `trials` trials of them in total, then compile it
     with the best schedules, check it against the source network, write it to `export` (a shared
-    library) when given, and time it against the source library. MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
+    library) when given, and time it against the source library. MetaSchedule's logs go to
+    `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
@@ -235,8 +236,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         callbacks = measure_callbacks()
         if report is not None:
             status = _status(tasks)
-            callbacks.append(progress_callback(trials, done, lambda n, total, best: report(n, total, status(best)),
-                                               measured))
+            callbacks.append(progress_callback(trials, lambda n, total, best: report(n, total, status(best)), measured))
         scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
         with tuning_loop(setup.measurer), ms.Profiler() as profiler:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),

@@ -153,10 +153,11 @@ class _ProgressCallbackLogic:
         self.report(self.done, self.total, self.best)
 
 
-def progress_callback(total: int, done: int, report: Callable[[int, int, dict[int, float]], None],
+def progress_callback(total: int, report: Callable[[int, int, dict[int, float]], None],
                       measured: list[list[float | None]]) -> Any:
     """A MeasureCallback calling `report(done, total, best latency per task)` after every batch;
     `measured` holds each task's latencies already in the database (`measured_latencies`)."""
+    done = sum(len(latencies) for latencies in measured)
     best = {i: min(ok) for i, latencies in enumerate(measured) if (ok := [x for x in latencies if x is not None])}
     return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report, best)
 
@@ -313,7 +314,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         callbacks = measure_callbacks()
         if report is not None:
             callbacks.append(progress_callback(
-                trials, done, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0),
+                trials, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0),
                 [measured]))
         detach_unnamed_meta_schedule_log_handlers()
         set_meta_schedule_console(verbose)

@@ -134,8 +134,8 @@ def test_progress_of_a_resumed_run_starts_from_the_database_bests():
     from metatune.tune.tuner import progress_callback
 
     reports = []
-    callback = progress_callback(20, 3, lambda n, total, best: reports.append((n, total, dict(best))),
-                                 [[None, 0.004, 0.002], [], [None]])
+    callback = progress_callback(20, lambda n, total, best: reports.append((n, total, dict(best))),
+                                 [[0.004, 0.002], [], [None]])
     scheduler = TaskScheduler.create("round-robin")
     callback.apply(scheduler, 1, [], [], [RunnerResult(run_secs=[0.003, 0.003, 0.003], error_msg=None),
                                           RunnerResult(run_secs=None, error_msg="run_error")])
