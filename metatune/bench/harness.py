@@ -30,6 +30,7 @@ from metatune.measure.check import device_type
 from metatune.tune.tuner import STRATEGIES, tune_workload
 
 REFERENCES_FILE = "references.json"
+CHECKPOINT_STRATEGIES = ("metatune", "gradient")  # the strategies that tune with a cost-model checkpoint
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
 
 
@@ -50,15 +51,29 @@ class BenchConfig:
         if not self.budgets or any(b < 1 for b in self.budgets):
             raise MetatuneError(f"--budgets must be positive trial counts, got {self.budgets}")
         self.budgets = sorted(set(self.budgets))
-        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        unknown = [s for s in self.strategies if split_strategy(s)[0] not in STRATEGIES]
         if unknown or not self.strategies:
             raise MetatuneError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
+        for spec in self.strategies:
+            name, checkpoint = split_strategy(spec)
+            if checkpoint is not None and (name not in CHECKPOINT_STRATEGIES or not checkpoint):
+                raise MetatuneError(f"strategy {spec}: only {' and '.join(CHECKPOINT_STRATEGIES)} take a checkpoint "
+                                    "(STRATEGY@ZOO_ID or STRATEGY@PATH)")
+        if len(set(self.strategies)) < len(self.strategies):
+            raise MetatuneError(f"--strategies names a strategy twice: {', '.join(self.strategies)}")
         if self.repeats < 1:
             raise MetatuneError("--repeats must be >= 1")
 
     @property
     def max_trials(self) -> int:
         return self.budgets[-1]
+
+
+def split_strategy(spec: str) -> tuple[str, str | None]:
+    """`metatune@x86_64-sapphirerapids-2c/v5` is the metatune strategy with that checkpoint (a zoo id
+    or a path), so that one bench sets checkpoints side by side; a bare name uses --checkpoint."""
+    name, sep, checkpoint = spec.partition("@")
+    return name, (checkpoint if sep else None)
 
 
 @dataclass(frozen=True)
@@ -68,10 +83,15 @@ class RunKey:
     repeat: int
 
     def db_dir(self, out: Path) -> Path:
-        return out / "runs" / self.workload / f"{self.strategy}-r{self.repeat}"
+        return out / "runs" / self.workload / f"{self._file_name}-r{self.repeat}"
 
     def result_path(self, out: Path) -> Path:
-        return out / "runs" / self.workload / f"{self.strategy}-r{self.repeat}.json"
+        return out / "runs" / self.workload / f"{self._file_name}-r{self.repeat}.json"
+
+    @property
+    def _file_name(self) -> str:
+        """The strategy spec as one path component (a checkpoint's zoo id or path holds slashes)."""
+        return self.strategy.replace("/", "_")
 
 
 def plan(suite: list[BenchWorkload], strategies: list[str], repeats: int) -> list[tuple[BenchWorkload, RunKey]]:
@@ -139,11 +159,12 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             progress.set(base + n, f"{key.workload} [{key.strategy}] best {best:.1f} GFLOPS")
 
         started = time.time()
-        result = tune_workload(bench_workload.workload, config.max_trials, key.strategy, key.db_dir(config.out),
-                               checkpoint=config.checkpoint, runner=config.runner,
+        strategy, checkpoint = split_strategy(key.strategy)
+        result = tune_workload(bench_workload.workload, config.max_trials, strategy, key.db_dir(config.out),
+                               checkpoint=checkpoint or config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer, target=config.target).to_json()
-        result.update(name=key.workload, repeat=key.repeat, resumed=previous > 0,
+        result.update(name=key.workload, strategy=key.strategy, repeat=key.repeat, resumed=previous > 0,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         result = merge_segments(earlier_results[key], result)
         write_json(key.result_path(config.out), result)

@@ -26,19 +26,54 @@ def train(
 
 @app.command()
 def evaluate(
-    data: Path = typer.Option(..., help="Dataset directory."),
-    run: Path = typer.Option(..., help="A finished `metatune train` run directory."),
+    data: Path = typer.Option(..., help="Dataset directory (with --transfer: device B's dataset)."),
+    run: Optional[Path] = typer.Option(None, help="A finished `metatune train` run directory: re-run its table."),
+    transfer: Optional[str] = typer.Option(None, help="Instead of --run: the cross-device study. Device A's "
+                                                      "checkpoint (zoo id, checkpoint file or run directory), "
+                                                      "evaluated on --data's held-out workloads."),
+    native: Optional[str] = typer.Option(None, help="With --transfer: B's own checkpoint (default: the newest "
+                                                    "zoo checkpoint trained on B's device, if any)."),
+    adapted: Optional[str] = typer.Option(None, help="With --transfer: the checkpoint `zoo adapt` made for B "
+                                                     "(default: the newest adapted zoo checkpoint of B's device)."),
+    source_data: Optional[Path] = typer.Option(None, help="With --transfer: A's dataset, xgb-transfer's training "
+                                                          "data (default: the dataset A's card names)."),
+    out: Optional[Path] = typer.Option(None, help="With --transfer: directory for transfer.json and transfer.md "
+                                                  "(default runs/transfer-A-to-B)."),
+    repeats: Optional[int] = typer.Option(None, min=1, help="With --transfer: support/query draws per workload "
+                                                             "and k (default 3)."),
     config: Optional[Path] = typer.Option(None, help="Override the run's evaluation settings with this config."),
-    ks: Optional[str] = typer.Option(None, help="Comma-separated support-set sizes, e.g. 16,150 (a side study: "
-                                                "printed only, the run's card keeps its table)."),
-    methods: Optional[str] = typer.Option(None, help="Comma-separated methods out of metatune, finetune, scratch, "
-                                                     "metatune-plain, xgb, xgb-transfer (a side study, like --ks)."),
+    ks: Optional[str] = typer.Option(None, help="Comma-separated support-set sizes, e.g. 16,150 (with --run a side "
+                                                "study: printed only, the run's card keeps its table; with "
+                                                "--transfer default 0,8,16,32,64)."),
+    methods: Optional[str] = typer.Option(None, help="Comma-separated methods: with --run out of metatune, finetune, "
+                                                     "scratch, metatune-plain, xgb, xgb-transfer (a side study, "
+                                                     "like --ks); with --transfer out of source, source-finetune, "
+                                                     "adapted, native, scratch, xgb, xgb-transfer."),
+    zoo: Optional[Path] = typer.Option(None, "--zoo", help="Zoo directory for zoo ids (default: $METATUNE_ZOO, "
+                                                           "else the shipped zoo/)."),
 ) -> None:
-    """Re-run the held-out evaluation table (metatune vs fine-tuning, scratch, XGBoost, ablation)."""
+    """Re-run a training run's held-out table, or (--transfer) measure how device A's checkpoint
+    ranks device B's held-out programs after k of B's measurements, against B's own and adapted
+    checkpoints, fine-tuning, scratch and XGBoost."""
+    from metatune import MetatuneError
+
+    if (run is None) == (transfer is None):
+        raise MetatuneError("give either --run (a training run's table) or --transfer (the cross-device study)")
+    support_sizes = tuple(parse_ints(ks, "--ks", "16,150")) if ks else None
+    method_names = tuple(parse_list(methods, "--methods")) if methods else None
+    if transfer is not None:
+        if config is not None:
+            raise MetatuneError("--config applies to --run only")
+        from metatune.learn.transfer_study import METHODS, STUDY_KS, run_study, study_config
+
+        run_study(transfer, data, study_config(support_sizes or STUDY_KS, repeats or 3, method_names or METHODS),
+                  native=native, adapted=adapted, source_data=source_data, out=out, zoo_root=zoo, echo=typer.echo)
+        return
+    if any(v is not None for v in (native, adapted, source_data, out, repeats, zoo)):
+        raise MetatuneError("--native, --adapted, --source-data, --out, --repeats and --zoo apply to --transfer only")
     from metatune.learn.train import run_evaluate
 
-    run_evaluate(data, run, config, echo=typer.echo, ks=tuple(parse_ints(ks, "--ks", "16,150")) if ks else None,
-                 methods=tuple(parse_list(methods, "--methods")) if methods else None)
+    run_evaluate(data, run, config, echo=typer.echo, ks=support_sizes, methods=method_names)
 
 
 @app.command("learning-curve")

@@ -103,9 +103,9 @@ def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str 
     if db is not None and db.exists() and not db.is_dir():
         raise MetatuneError(f"--db {db} is a file; the database is a directory (give a new or existing directory)")
     if checkpoint != "auto":
-        from metatune.search.online_model import load_named
+        from metatune.learn.named_checkpoint import open_checkpoint
 
-        load_named(checkpoint)
+        open_checkpoint(checkpoint)
 
 
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,

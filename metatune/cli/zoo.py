@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from metatune import MetatuneError
 from metatune.cli.common import TARGET_HELP, echo_json, stop_cleanly
-from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
+from metatune.fileio import REPO_ROOT
 
 app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve, adapt.",
                   no_args_is_help=True)
@@ -192,11 +191,13 @@ def zoo_adapt(
     from metatune.encode.supergraph import Template
     from metatune.env.device import fingerprint_for_target, require_runnable
     from metatune.learn.adapt import run_adapt
+    from metatune.learn.named_checkpoint import open_checkpoint
 
     device = fingerprint_for_target(target)
     require_runnable(device)
     root = _root(zoo)
-    trained, info = _adapt_source(source, root)
+    named = open_checkpoint(source, root)
+    info = named.provenance()
     expected = Template.for_target(device.tvm_target()).version
     if info["template_version"] != expected:
         raise MetatuneError(f"checkpoint {info['id']} encodes programs with super-graph template "
@@ -209,7 +210,7 @@ def zoo_adapt(
     if data is None:
         data = REPO_ROOT / "datasets" / f"{device.device_id}-{load_spec(spec).name}"
     with stop_cleanly():
-        card = run_adapt(trained, info, spec, samples, out, target, echo=lambda line: typer.echo(line, err=as_json),
+        card = run_adapt(named.trained, info, spec, samples, out, target, echo=lambda line: typer.echo(line, err=as_json),
                          data_dir=data)
     entry = z.publish(out, root) if publish else None
     if as_json:
@@ -217,26 +218,6 @@ def zoo_adapt(
                    "published": None if entry is None else entry.id})
     elif entry is not None:
         typer.echo(f"published {entry.id} -> {entry.directory} (adapted from {info['id']})")
-
-
-def _adapt_source(source: str, root: Path) -> tuple[Any, dict[str, Any]]:
-    """The source checkpoint and what the adapted card says about it: a path, else a zoo id."""
-    from metatune import zoo as z
-    from metatune.learn.checkpoint import TrainedModel
-    from metatune.search.online_model import load_from_zoo
-    from metatune.zoo.weights import sha256
-
-    path = Path(source)
-    if path.exists():
-        weights = path / WEIGHTS_FILE if path.is_dir() else path
-        trained = TrainedModel.load(weights)
-        card_path = weights.parent / CARD_FILE
-        device = json.loads(card_path.read_text()).get("device", {}) if card_path.is_file() else {}
-        return trained, {"id": str(path), "sha256": sha256(weights.read_bytes()),
-                         "device_id": device.get("device_id"), "template_version": trained.builder.template.version}
-    entry = z.get_entry(root, source)
-    return load_from_zoo(entry), {"id": entry.id, "sha256": entry.sha256, "device_id": entry.device_id,
-                                  "template_version": entry.template_version}
 
 
 def _root(zoo_dir: Optional[Path]) -> Path:

@@ -112,17 +112,25 @@ def _head_adapter(model: CostModel, builder: GraphBuilder, tasks: Sequence[Encod
 def scratch_trainer(template_model: CostModel, builder: GraphBuilder, tasks: Sequence[EncodedWorkload],
                     config: EvalConfig) -> Method:
     """The same GCN, randomly initialised and trained on the k support samples only."""
+    return support_trainer(lambda: CostModel(template_model.config), builder, tasks, config.scratch_steps,
+                           config.scratch_lr)
+
+
+def support_trainer(start: Callable[[], CostModel], builder: GraphBuilder, tasks: Sequence[EncodedWorkload],
+                    steps: int, lr: float) -> Method:
+    """A model from `start()` (seeded by the draw) trained with Adam on the support set: from a random
+    initialisation that is learning from scratch, from a checkpoint it is plain fine-tuning."""
 
     def method(t: int, support: np.ndarray, query: np.ndarray, seed: int) -> np.ndarray:
         torch.manual_seed(seed)
-        model = CostModel(template_model.config)
+        model = start()
         w = tasks[t]
         if len(support) >= 2:
-            opt = torch.optim.Adam(model.parameters(), lr=config.scratch_lr)
+            opt = torch.optim.Adam(model.parameters(), lr=lr)
             inputs = builder.batch(w, support).inputs()
             y = standardize_by(w.log_thr[support], w.log_thr[support])
             model.train()
-            for _ in range(config.scratch_steps):
+            for _ in range(steps):
                 loss = torch.mean((model(*inputs) - y) ** 2)
                 opt.zero_grad()
                 loss.backward()

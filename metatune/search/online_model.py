@@ -14,20 +14,16 @@ import collections
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from metatune import MetatuneError
 from metatune.encode.graphs import EncodedWorkload, concat, encode_programs, iter_batches, log_throughput
 from metatune.encode.supergraph import GraphEncoder
 from metatune.env.plugin import COST_MODEL, plugin_class
-from metatune.fileio import WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.maml import adapt, adaptable_params, standardize_by
-from metatune.zoo import ZooError, default_zoo_dir, get_entry, load_checkpoint
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
@@ -185,35 +181,3 @@ class _MetaTuneCostModelLogic:
 def MetaTuneCostModel(trained: TrainedModel, **kwargs: Any) -> Any:  # noqa: N802 (creates the TVM class)
     """A MetaSchedule cost model: `trained` adapted online to each workload it measures."""
     return plugin_class(COST_MODEL, _MetaTuneCostModelLogic, "MetaTuneCostModel")(trained, **kwargs)
-
-
-def load_trained(checkpoint: str | Path) -> TrainedModel:
-    """A checkpoint from a path (a weights file, or a run or zoo version directory)."""
-    path = Path(checkpoint)
-    if path.is_dir():
-        path = path / WEIGHTS_FILE
-    if not path.exists():
-        raise MetatuneError(f"checkpoint not found: {path}")
-    return TrainedModel.load(path)
-
-
-def load_named(checkpoint: str) -> tuple[TrainedModel, Path]:
-    """A checkpoint named on the command line, and the directory holding its card: a path (see
-    `load_trained`), else a zoo id (DEVICE_ID/vN, or DEVICE_ID for its newest version)."""
-    path = Path(checkpoint)
-    if path.exists():
-        return load_trained(path), path if path.is_dir() else path.parent
-    try:
-        entry = get_entry(default_zoo_dir(), checkpoint)
-    except ZooError as err:
-        raise MetatuneError(
-            f"checkpoint {checkpoint!r} is neither a file or directory nor a zoo checkpoint: {err}") from None
-    return load_from_zoo(entry), entry.directory
-
-
-def load_from_zoo(entry: Any) -> TrainedModel:
-    """A zoo checkpoint, after the zoo has verified its sha256 and template version."""
-
-    tensors, card = load_checkpoint(entry)
-    metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in card["weights_metadata"].items()}
-    return TrainedModel.from_state(tensors, metadata, f"zoo checkpoint {entry.id}")

@@ -31,13 +31,14 @@ from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
-from metatune.fileio import CARD_FILE, INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
+from metatune.fileio import INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
+from metatune.learn.named_checkpoint import load_from_zoo, open_checkpoint
 from metatune.measure.check import check_schedule
 from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
 from metatune.measure.runners import make_runner
 from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
-from metatune.search.online_model import MetaTuneCostModel, load_from_zoo, load_named
+from metatune.search.online_model import MetaTuneCostModel
 from metatune.space.knob_space import DesignSpaces
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
@@ -94,32 +95,19 @@ def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
     return out
 
 
-def _trained_on(card_path: Path) -> str | None:
-    """The device id named by a checkpoint's card, when it has one."""
-    if not card_path.exists():
-        return None
-    try:
-        card = json.loads(card_path.read_text())
-    except (OSError, ValueError) as err:
-        raise MetatuneError(f"{card_path} is not a readable model card ({err})") from None
-    device = card.get("device") if isinstance(card, dict) else None
-    return device.get("device_id") if isinstance(device, dict) else None
-
-
 def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, list[str]]:
     """The trained model to tune with: `auto` resolves the zoo for this device; else a path or a
-    zoo id (`load_named`), with a note when it was trained on another device."""
+    zoo id (`open_checkpoint`), with a note when it was trained on another device."""
 
     notes: list[str] = []
     if checkpoint != "auto":
-        trained, directory = load_named(checkpoint)
-        device = _trained_on(directory / CARD_FILE)
-        if device and device != fingerprint.device_id:
-            note = (f"checkpoint {checkpoint} was trained on {device}, this device is {fingerprint.device_id}: "
+        named = open_checkpoint(checkpoint)
+        if named.device_id and named.device_id != fingerprint.device_id:
+            note = (f"checkpoint {checkpoint} was trained on {named.device_id}, this device is {fingerprint.device_id}: "
                     "its predictions start less accurate and online adaptation has more to correct")
             warnings.warn(note, stacklevel=2)
             notes.append(note)
-        return trained, str(checkpoint), notes
+        return named.trained, str(checkpoint), notes
 
     zoo_dir = default_zoo_dir()
     if not (zoo_dir / INDEX_FILE).exists():

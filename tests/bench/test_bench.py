@@ -158,6 +158,31 @@ def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_strategy_can_name_its_checkpoint(tmp_path):
+    """Two checkpoints side by side in one bench: each run tunes with its own, and keeps its label."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n")
+    named = "metatune@x86_64-sapphirerapids-2c/v5"
+    out = tmp_path / "out"
+    proc = run_cli("bench", "--suite", str(suite), "--strategies", f"random,{named}", "--budgets", "2",
+                   "--trials-per-iter", "2", "--no-references", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "runs" / "tiny" / "metatune@x86_64-sapphirerapids-2c_v5-r0.json").read_text())
+    assert result["strategy"] == named and result["checkpoint"] == "x86_64-sapphirerapids-2c/v5"
+    with (out / "results.csv").open() as f:
+        assert {r["strategy"] for r in csv.DictReader(f)} == {"random", named}
+
+
+@pytest.mark.parametrize("strategies, fragment", [
+    (["xgb@x86_64-sapphirerapids-2c/v5"], "only metatune and gradient take a checkpoint"),
+    (["metatune@"], "only metatune and gradient take a checkpoint"),
+    (["metatune", "metatune"], "names a strategy twice"),
+])
+def test_bad_checkpoint_strategies_are_rejected(strategies, fragment):
+    with pytest.raises(MetatuneError, match=fragment):
+        BenchConfig("quick", [2], strategies)
+
+
 def test_config_sorts_and_checks_budgets():
     assert BenchConfig("quick", [64, 16, 32, 16], ["xgb"]).budgets == [16, 32, 64]
     with pytest.raises(MetatuneError):

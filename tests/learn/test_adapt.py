@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from metatune import MetatuneError
 from metatune.cli import app
+from metatune.dataset.store import DatasetStore
 from metatune.env.device import fingerprint_for_target, usable_cores
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
 from metatune.learn.adapt import CANDIDATES
@@ -81,3 +83,60 @@ def test_adapting_again_resumes_without_measuring_anything_new(adapted):
     card = json.loads((out / CARD_FILE).read_text())
     assert card["dataset"]["records"] == 3 * 32 and card["adaptation"]["wall_s"]["measure"] < 60
     assert printed_json(again.stdout)["published"] is None
+
+
+@pytest.fixture(scope="module")
+def source_data(tmp_path_factory) -> Path:
+    """Two sealed training workloads of the source device's shipped dataset (xgb-transfer's data)."""
+    root = tmp_path_factory.mktemp("source-data")
+    shipped = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
+    (root / CARD_FILE).symlink_to(shipped / CARD_FILE)
+    for store in [s for s in DatasetStore(shipped) if s.split == "train" and s.sealed][:2]:
+        link = root / "workloads" / store.workload.family / store.dir.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(store.dir)
+    return root
+
+
+def test_transfer_study_sets_the_source_beside_the_adapted_checkpoint(adapted, source_data, tmp_path):
+    zoo, out, _ = adapted
+    device = fingerprint_for_target(TARGET).device_id
+    result = cli("evaluate", "--transfer", SOURCE, "--data", out / "data", "--zoo", zoo, "--ks", "0,8",
+                 "--repeats", 1, "--source-data", source_data, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert f"no native checkpoint of {device}" in result.output  # the zoo copy holds only the adapted one
+    assert f"{device}/v1 was adapted on" in result.output  # the adaptation's own data: said to be optimistic
+    study = json.loads((tmp_path / "transfer.json").read_text())
+    assert study["source"]["id"] == SOURCE and study["target"]["device_id"] == device
+    assert study["adapted"]["id"] == f"{device}/v1" and study["adapted"]["adapted_from"] == SOURCE
+    metrics = study["metrics"]
+    assert set(metrics) == {"source", "source-finetune", "adapted", "scratch", "xgb", "xgb-transfer"}
+    assert set(metrics["xgb"]) == {"8"}  # XGBoost cannot rank before it has seen a sample
+    assert all(set(metrics[m]) == {"0", "8"} for m in ("source", "source-finetune", "adapted", "scratch"))
+    assert all(0 <= by_k[k]["pairwise_acc"] <= 1 and by_k[k]["workloads"] == 1
+               for by_k in metrics.values() for k in by_k)
+    # the source unchanged and the adapted checkpoint predict alike exactly when the adaptation kept the source
+    chosen = json.loads((out / CARD_FILE).read_text())["adaptation"]["chosen"]
+    assert (metrics["adapted"]["0"] == metrics["source"]["0"]) == (chosen == "source")
+    assert metrics["source-finetune"]["0"] == metrics["source"]["0"]  # k = 0: nothing to fine-tune on
+    assert "| source-finetune | 8 |" in (tmp_path / "transfer.md").read_text()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ((), "give either --run"),
+    (("--transfer", SOURCE, "--methods", "source,magic"), "unknown methods magic"),
+    (("--transfer", "nosuchdevice/v9"), "neither a file or directory nor a zoo checkpoint"),
+    (("--transfer", SOURCE, "--native", SOURCE), "is of x86_64-sapphirerapids-2c, not of"),
+    (("--transfer", SOURCE, "--config", "x.yaml"), "--config applies to --run only"),
+    (("--run", "run-dir", "--repeats", "2"), "apply to --transfer only"),
+])
+def test_bad_transfer_options_are_one_line_errors(args, fragment):
+    result = cli("evaluate", "--data", REPO_ROOT / "datasets" / "x86_64-znver3-2c-adapt-cpu", *args)
+    assert isinstance(result.exception, MetatuneError), result.output
+    assert fragment in str(result.exception)
+
+
+def test_a_transfer_study_needs_another_device_than_the_source():
+    result = cli("evaluate", "--transfer", SOURCE, "--data", REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")
+    assert isinstance(result.exception, MetatuneError), result.output
+    assert "a transfer study needs another device's dataset" in str(result.exception)
