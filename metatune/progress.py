@@ -39,13 +39,16 @@ class PlainProgress:
     def add_task(self, description: str, total: float, completed: float = 0, **fields: Any) -> int:
         task_id = len(self.tasks)
         self.tasks[task_id] = {"description": description, "total": total, "completed": completed,
-                               "start": time.monotonic(), "start_completed": completed, "last": 0.0, **fields}
+                               "start": time.monotonic(), "last": 0.0, **fields}
         return task_id
 
     def update(self, task_id: int, advance: float = 0, completed: float | None = None, **fields: Any) -> None:
         task = self.tasks[task_id]
         task["completed"] = completed if completed is not None else task["completed"] + advance
         task.update(fields)
+        # The rate counts from the first update: what it reports may be work found done (a resumed run
+        # skips it at once), which would make the remaining work look far quicker than it is.
+        task.setdefault("rate_from", (time.monotonic(), task["completed"]))
         if time.monotonic() - task["last"] >= self.interval_s:
             self._print(task_id)
 
@@ -54,11 +57,12 @@ class PlainProgress:
         t["last"] = time.monotonic()
         t["shown"] = (t["completed"], t.get("status"))
         elapsed = t["last"] - t["start"]
-        rate = (t["completed"] - t["start_completed"]) / elapsed if elapsed > 0 else 0.0
-        eta = (t["total"] - t["completed"]) / rate if rate > 0 else float("nan")
+        since, done_then = t.get("rate_from", (t["start"], t["completed"]))
+        rate = (t["completed"] - done_then) / (t["last"] - since) if t["last"] > since else 0.0
+        eta = f"{(t['total'] - t['completed']) / rate / 60:.1f} min" if rate > 0 else "unknown"
         print(
             f"{time.strftime('%H:%M:%S')} {t['description']}: {t['completed']:.0f}/{t['total']:.0f} "
-            f"elapsed {elapsed / 60:.1f} min, eta {eta / 60:.1f} min {t.get('status', '')}",
+            f"elapsed {elapsed / 60:.1f} min, eta {eta} {t.get('status', '')}",
             file=sys.stderr, flush=True,
         )
 
