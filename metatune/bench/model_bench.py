@@ -9,6 +9,11 @@ and timed against it in paired passes, like every reference.
 Layout: `model/<name>/<strategy>-r<repeat>/` (database, exported library), `<strategy>-r<repeat>-
 t<trials>.json` (the `ModelTuneResult`, with `onnxruntime`), `<name>.onnx`, and `model_table.md`.
 Strategies alternate per repeat, as in the suite bench.
+
+`replay_at` answers "how soon does a strategy get there": the model as the first N trials of a
+longer run left it (that run's database cut to its first N records, which TVM's JSONDatabase
+keeps in the order they were measured), compiled, checked and timed like a tuned total, in
+`<strategy>-r<repeat>-at<N>/` and `<strategy>-r<repeat>-t<N>-of<total>.json`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from metatune import MetatuneError
 from metatune.bench.harness import BenchProgress, read_result, write_json
+from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
 from metatune.tune.model_tuner import check_strategy, tune_model
@@ -58,10 +65,14 @@ def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -
 def run_model_bench(model: str, trials_totals: list[int], strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
                     progress: BenchProgress | None = None, target: str | None = None,
-                    input_shapes: list[Shape] | None = None) -> None:
+                    input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> None:
     """Each (strategy, repeat) tunes the model to each of `trials_totals` in turn; finished runs
-    are skipped."""
+    are skipped. Then each run is replayed at each of `replay_at` (fewer trials than its largest total)."""
     totals = sorted(set(trials_totals))
+    replays = sorted(set(replay_at or []))
+    if any(n < 1 or n >= totals[-1] for n in replays):
+        raise MetatuneError(f"--replay-at {','.join(map(str, replays))}: each must be between 1 and the largest "
+                            f"--trials-total ({totals[-1]}), exclusive")
     for strategy in strategies:
         check_strategy(strategy)  # one-line errors before anything is measured
     imported = import_model(ModelSource.parse(model, input_shapes or []))
@@ -92,6 +103,37 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
             result["repeat"], result["trials_total"] = repeat, trials
             write_json(path, result)
             progress.set(base + trials, f"{name} [{strategy}] {trials} trials: {result['model_ms']} ms")
+        for trials in replays:
+            path = replay_path(out, name, strategy, repeat, trials, totals[-1])
+            if not path.exists():
+                result = replay(imported, strategy, repeat, trials, run_dir, totals[-1], twin, checkpoint, runner,
+                                target)
+                write_json(path, result)
+
+
+def replay_path(out: Path, name: str, strategy: str, repeat: int, trials: int, of: int) -> Path:
+    return out / "model" / name / f"{strategy}-r{repeat}-t{trials}-of{of}.json"
+
+
+def replay(imported: ImportedModel, strategy: str, repeat: int, trials: int, run_dir: Path, of: int,
+           twin: ModelSource | None, checkpoint: str, runner: str, target: str | None) -> dict[str, Any]:
+    """The model as the first `trials` of the `of` trials in `run_dir` left it: the database cut to
+    those records, compiled (tuning nothing more), checked and timed against its references."""
+    records = [line for line in (run_dir / RECORD_FILE).read_text().splitlines() if line.strip()]
+    if len(records) < trials:
+        raise MetatuneError(f"{run_dir} holds {len(records)} trials, fewer than the {trials} to replay")
+    replay_dir = run_dir.parent / f"{run_dir.name}-at{trials}"
+    replay_dir.mkdir(parents=True, exist_ok=True)
+    (replay_dir / WORKLOAD_FILE).write_text((run_dir / WORKLOAD_FILE).read_text())
+    (replay_dir / RECORD_FILE).write_text("\n".join(records[:trials]) + "\n")
+    library = replay_dir / f"{imported.name}-t{trials}.so"
+    tuned = tune_model(imported, trials, strategy, replay_dir, checkpoint=checkpoint, runner=runner, seed=repeat,
+                       target=target, export=library)
+    result = tuned.to_json()
+    if twin is not None:
+        result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads).to_json()
+    result["repeat"], result["trials_total"], result["replay_of"] = repeat, trials, of
+    return result
 
 
 def model_table(out: Path) -> str:
@@ -103,14 +145,17 @@ def model_table(out: Path) -> str:
         return ""
     lines = ["| model | strategy | trials | repeats | TVM ms | reference | reference ms | reference / TVM | "
              "onnxruntime ms | onnxruntime / TVM | tasks (untuned) | tuning wall s | verified |", "|" + "---|" * 13]
-    groups = _groups(runs, lambda r: (r["model"], r["strategy"], r.get("trials_total", r["trials"])))
-    for (model, strategy, _), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][2], item[0][1])):
+    groups = _groups(runs, lambda r: (r["model"], r["strategy"], r.get("trials_total", r["trials"]),
+                                      r.get("replay_of", 0)))
+    for (model, strategy, _, of), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][2],
+                                                                                    item[0][1], item[0][3])):
+        trials = f"{statistics.median(r['trials'] for r in group):.0f}" + (f" (first of {of})" if of else "")
         tvm_ms = statistics.median(r["model_ms"] for r in group)
         reference_ms = statistics.median(r["reference_ms"] for r in group)
         ort = [r["onnxruntime"] for r in group if "onnxruntime" in r]
         ort_ms = f"{statistics.median(c['reference']['median_ms'] for c in ort):.2f}" if ort else "–"
         lines.append(
-            f"| {model} | {strategy} | {statistics.median(r['trials'] for r in group):.0f} | {len(group)} | "
+            f"| {model} | {strategy} | {trials} | {len(group)} | "
             f"{tvm_ms:.2f} | {group[0].get('reference', 'PyTorch eager')} | {reference_ms:.2f} | "
             f"{_speedup([r.get('comparison', {}) for r in group], reference_ms / tvm_ms)} | {ort_ms} | "
             f"{_speedup(ort) if ort else '–'} | {len(group[0]['tasks'])} "

@@ -24,6 +24,10 @@ def bench(
                                                     "(repeat per input), as for tune --model."),
     trials_total: str = typer.Option("1000", help="With --model: trials per strategy over all of the model's tasks; "
                                                   "several (200,1000) are reached in turn by one resumed run."),
+    replay_at: Optional[str] = typer.Option(None, help="With --model: also time each run's model as its first N "
+                                                       "trials left it (its database cut to N records; comma-"
+                                                       "separated, below the largest --trials-total): how soon a "
+                                                       "strategy reaches a latency."),
     budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
     strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
     repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
@@ -38,11 +42,13 @@ def bench(
                                                      "suite into --out, print old vs new, and rebuild the table."),
 ) -> None:
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
+    if replay_at is not None and model is None:
+        raise MetatuneError("--replay-at applies to --model benches only")
     with stop_cleanly():
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
                                     repeats, out, checkpoint, runner, trials_per_iter, report_only, target,
-                                    input_shape or [])
+                                    input_shape or [], parse_ints(replay_at, "--replay-at", "300") if replay_at else [])
         elif references_only:
             run_references_command(suite, budgets, strategies, out, target)
         else:
@@ -65,7 +71,8 @@ def run_references_command(suite: str, budgets: str, strategies: str, out: Path,
 
 def run_model_bench_command(model: str, trials_totals: list[int], strategies: str, repeats: int, out: Path,
                             checkpoint: str, runner: str, trials_per_iter: int, report_only: bool,
-                            target: str | None = None, input_shape: list[str] | None = None) -> None:
+                            target: str | None = None, input_shape: list[str] | None = None,
+                            replay_at: list[int] | None = None) -> None:
     """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
     PyTorch eager and onnxruntime."""
     from metatune.bench.harness import BenchProgress
@@ -82,7 +89,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
             progress = BenchProgress(total=total)
             progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
-                            target, shapes)
+                            target, shapes, replay_at)
     table = model_table(out)
     if not table:
         raise MetatuneError(f"{out} holds no model bench results yet")

@@ -17,7 +17,7 @@ from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite
 from metatune.dataset.store import DatasetStore
-from metatune.fileio import REPO_ROOT
+from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.measure.reference_timing import MAX_PASSES, PASSES
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
@@ -191,17 +191,24 @@ def test_config_sorts_and_checks_budgets():
 
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     out = tmp_path / "model-bench"
-    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--strategies", "random", "--out", str(out))
+    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2", "--strategies", "random",
+                   "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = (json.loads((out / "model" / "tinycnn" / f"random-r0-t{t}.json").read_text()) for t in (4, 8))
     assert first["trials"] >= 4 and second["trials"] >= 8  # the second total resumed the first run's database
-    for result in (first, second):
+    # the replay: the model as the run's first two trials left it, compiled without tuning more
+    replayed = json.loads((out / "model" / "tinycnn" / "random-r0-t2-of8.json").read_text())
+    assert replayed["trials"] == 2 and replayed["replay_of"] == 8 and replayed["tune_s"] < 5
+    records = (out / "model" / "tinycnn" / "random-r0-at2" / RECORD_FILE).read_text().splitlines()
+    assert records == (out / "model" / "tinycnn" / "random-r0" / RECORD_FILE).read_text().splitlines()[:2]
+    for result in (first, second, replayed):
         assert result["verified"] and result["model_ms"] > 0 and result["reference_ms"] > 0
         ort = result["onnxruntime"]  # the tuned library timed against onnxruntime on the exported ONNX twin
         assert ort["library"] == "onnxruntime" and ort["reference"]["median_ms"] > 0 and len(ort["ratios"]) >= 6
     assert (out / "model" / "tinycnn" / "tinycnn.onnx").exists()
     table = (out / "model_table.md").read_text()
     assert "| tinycnn | random | 4 |" in table and "| tinycnn | random | 8 |" in table
+    assert "| tinycnn | random | 2 (first of 8) |" in table
 
 
 def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
