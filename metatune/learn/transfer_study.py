@@ -5,7 +5,8 @@ programs after k of B's measurements, next to what else a user of B could do? Ev
 the same support/query draws (metatune.learn.evaluate's protocol), on B's held-out workloads:
 
 * `source`: A's checkpoint, adapted by MAML's inner loop (what `tune` does with it on B);
-* `source-finetune`: A's checkpoint fine-tuned with Adam on the k samples (transfer learning);
+* `source-finetune`: A's checkpoint fine-tuned with Adam on the k samples (transfer learning; its
+  rate and steps chosen on B's training workloads, never on the held-out ones);
 * `adapted`: the checkpoint `zoo adapt` made for B from A, inner loop as for `source`;
 * `native`: B's own checkpoint (trained on B's dataset), inner loop as for `source`;
 * `scratch`: the same network, randomly initialised, trained on the k samples;
@@ -47,7 +48,11 @@ from metatune.zoo import ZooEntry, default_zoo_dir, read_index, read_zoo_card
 
 Echo = Callable[[str], object]
 METHODS = ("source", "source-finetune", "adapted", "native", "scratch", "xgb", "xgb-transfer")
-FINETUNE_LR = 1e-3  # a tenth of scratch's rate: the checkpoint is a starting point worth keeping
+# Fine-tuning's (learning rate, Adam steps): chosen per study on B's training workloads, so that the
+# transfer-learning baseline is as good as it can be made without looking at the held-out ones.
+FINETUNE_GRID = ((1e-4, 30), (1e-4, 150), (1e-3, 30), (1e-3, 150))
+CHOICE_K = 16  # support size the choice is made at
+CHOICE_WORKLOADS = 8  # training workloads it is made on (the first, in the dataset's order)
 STUDY_FILE = "transfer.json"
 TABLE_FILE = "transfer.md"
 
@@ -73,6 +78,7 @@ class TransferStudy:
     source_data: Path | None = None
 
     def __post_init__(self) -> None:
+        self.finetune_scores: dict[str, float] = {}
         card = read_card(self.target_data)
         if card is None:
             raise MetatuneError(f"{self.target_data} is not a dataset (no card.json)")
@@ -101,22 +107,42 @@ class TransferStudy:
         named = {"source": self.source, "native": self.native, "adapted": self.adapted}
         return {role: c for role, c in named.items() if c is not None}
 
-    def heldout(self, min_records: int) -> list[EncodedWorkload]:
+    def encoded(self, min_records: int) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
+        """B's training and held-out workloads, encoded with the checkpoints' template."""
         encoded = load_encoded(self.target_data, GraphEncoder(self.source.trained.builder.template),
                                min_records=min_records)
-        heldout = split_sets(encoded)[1]
+        train, heldout = split_sets(encoded)
         if not heldout:
             raise MetatuneError(f"{self.target_data} has no held-out workload with >= {min_records} records")
-        return heldout
+        return train, heldout
 
-    def methods(self, heldout: list[EncodedWorkload], config: EvalConfig, echo: Echo) -> dict[str, Method]:
+    def choose_finetuning(self, train: list[EncodedWorkload], seed: int, echo: Echo) -> tuple[float, int]:
+        """The (rate, steps) of FINETUNE_GRID whose fine-tuned source ranks B's training workloads best at
+        k = CHOICE_K; records every pair's score in `finetune_scores`."""
+        workloads = [w for w in train if len(w) >= CHOICE_K + 10][:CHOICE_WORKLOADS]
+        if not workloads:
+            raise MetatuneError(f"{self.target_data} has no training workload with >= {CHOICE_K + 10} records to "
+                                "choose fine-tuning's rate and steps on; leave source-finetune out (--methods)")
+        source = self.source.trained
+        check = EvalConfig(ks=(CHOICE_K,), repeats=1, seed=seed, methods=("finetune",))
+        for lr, steps in FINETUNE_GRID:
+            method = support_trainer(lambda: copy.deepcopy(source.model), source.builder, workloads, steps, lr)
+            result = evaluate(workloads, {"finetune": method}, check)
+            self.finetune_scores[f"lr={lr:g},steps={steps}"] = result.metrics["finetune"][str(CHOICE_K)]["pairwise_acc"]
+        best = max(FINETUNE_GRID, key=lambda p: self.finetune_scores[f"lr={p[0]:g},steps={p[1]}"])
+        echo(f"source-finetune: lr {best[0]:g}, {best[1]} steps (pairwise accuracy on {len(workloads)} training "
+             f"workloads at k = {CHOICE_K}: " + ", ".join(f"{k} {v:.3f}" for k, v in self.finetune_scores.items()) + ")")
+        return best
+
+    def methods(self, train: list[EncodedWorkload], heldout: list[EncodedWorkload], config: EvalConfig,
+                echo: Echo) -> dict[str, Method]:
         """Every method this study can run (a checkpoint or dataset that was not given drops its rows)."""
         source = self.source.trained
-        methods: dict[str, Method] = {
-            "source": gcn_adapter(source.model, source.builder, heldout, source.maml),
-            "source-finetune": support_trainer(lambda: copy.deepcopy(source.model), source.builder, heldout,
-                                               config.scratch_steps, FINETUNE_LR),
-        }
+        methods: dict[str, Method] = {"source": gcn_adapter(source.model, source.builder, heldout, source.maml)}
+        if "source-finetune" in config.methods:
+            lr, steps = self.choose_finetuning(train, config.seed, echo)
+            methods["source-finetune"] = support_trainer(lambda: copy.deepcopy(source.model), source.builder,
+                                                         heldout, steps, lr)
         for role, named in (("adapted", self.adapted), ("native", self.native)):
             if named is not None:
                 methods[role] = gcn_adapter(named.trained.model, named.trained.builder, heldout, named.trained.maml)
@@ -138,10 +164,10 @@ class TransferStudy:
         return methods
 
     def run(self, config: EvalConfig, echo: Echo = print) -> EvalResult:
-        heldout = self.heldout(min(config.ks) + 10)
+        train, heldout = self.encoded(min(config.ks) + 10)
         echo(f"transfer {self.source.id} -> {self.target_device}: {len(heldout)} held-out workloads, "
              f"k in {list(config.ks)}, {config.repeats} draws each")
-        return evaluate(heldout, self.methods(heldout, config, echo), config,
+        return evaluate(heldout, self.methods(train, heldout, config, echo), config,
                         on_step=lambda s: echo(f"evaluate {s}"))
 
     def describe(self) -> dict[str, Any]:
@@ -155,6 +181,9 @@ class TransferStudy:
             "adapted": self.adapted.provenance() | {"adapted_from": self.adapted.adapted_from}
             if self.adapted else None,
             "source_data": portable_path(self.source_data) if self.source_data else None,
+            "finetune_choice": {"grid_scores": self.finetune_scores, "k": CHOICE_K,
+                                "score": "median pairwise accuracy on B's training workloads"}
+            if self.finetune_scores else None,
         }
 
 

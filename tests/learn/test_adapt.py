@@ -17,6 +17,7 @@ from metatune.env.device import fingerprint_for_target, usable_cores
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
 from metatune.learn.adapt import CANDIDATES
 from metatune.learn.checkpoint import TrainedModel
+from metatune.learn.transfer_study import FINETUNE_GRID
 
 SPEC = Path(__file__).parent / "data" / "adapt-tiny.yaml"
 SOURCE = "x86_64-sapphirerapids-2c/v5"
@@ -119,6 +120,7 @@ def test_transfer_study_sets_the_source_beside_the_adapted_checkpoint(adapted, s
     chosen = json.loads((out / CARD_FILE).read_text())["adaptation"]["chosen"]
     assert (metrics["adapted"]["0"] == metrics["source"]["0"]) == (chosen == "source")
     assert metrics["source-finetune"]["0"] == metrics["source"]["0"]  # k = 0: nothing to fine-tune on
+    assert len(study["finetune_choice"]["grid_scores"]) == len(FINETUNE_GRID)  # chosen on B's training workloads
     assert "| source-finetune | 8 |" in (tmp_path / "transfer.md").read_text()
 
 
