@@ -10,6 +10,7 @@ from pathlib import Path
 from metatune import MetatuneError
 from metatune.dataset.builder import build_dataset
 from metatune.dataset.card import read_card
+from metatune.env.device import local_fingerprint
 from metatune.fileio import REPO_ROOT
 from metatune.learn.config import load_config
 from metatune.learn.train import run_train
@@ -29,6 +30,11 @@ def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Pat
             if config.spec is None:
                 raise MetatuneError(f"{config.name}: no dataset at {data} and no spec to build it from; import its "
                                     "measurements with `metatune dataset import SOURCE --out DIR`")
+            here = local_fingerprint().device_id
+            if config.device_id != here:
+                raise MetatuneError(f"{config.name}: no dataset at {data}, and it can only be measured on "
+                                    f"{config.device_id} (this machine is {here}): build it there with "
+                                    f"`metatune dataset build --spec {config.spec} --out {config.dataset}`")
             print(f"[train-zoo] {config.name}: no dataset at {data}; building it from {config.spec}", flush=True)
             build_dataset(REPO_ROOT / config.spec, data)
         run_dir = runs_dir / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"

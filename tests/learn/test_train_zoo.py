@@ -1,0 +1,22 @@
+"""`make train-zoo` never measures one device's dataset on another machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from metatune import MetatuneError
+from metatune.fileio import REPO_ROOT
+from metatune.learn.train_zoo import train_all
+
+CONFIG = REPO_ROOT / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
+
+
+def test_a_missing_dataset_of_another_device_is_not_measured_here(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    text = CONFIG.read_text().replace("device_id: x86_64-sapphirerapids-2c", "device_id: x86_64-elsewhere-64c")
+    text = text.replace("dataset: datasets/x86_64-sapphirerapids-2c", f"dataset: {tmp_path / 'missing'}")
+    (configs / "elsewhere.yaml").write_text(text)
+    with pytest.raises(MetatuneError, match="can only be measured on x86_64-elsewhere-64c"):
+        train_all(configs, tmp_path / "runs", tmp_path / "zoo")
+    assert not (tmp_path / "missing").exists()
