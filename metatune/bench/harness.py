@@ -51,16 +51,7 @@ class BenchConfig:
         if not self.budgets or any(b < 1 for b in self.budgets):
             raise MetatuneError(f"--budgets must be positive trial counts, got {self.budgets}")
         self.budgets = sorted(set(self.budgets))
-        unknown = [s for s in self.strategies if split_strategy(s)[0] not in STRATEGIES]
-        if unknown or not self.strategies:
-            raise MetatuneError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
-        for spec in self.strategies:
-            name, checkpoint = split_strategy(spec)
-            if checkpoint is not None and (name not in CHECKPOINT_STRATEGIES or not checkpoint):
-                raise MetatuneError(f"strategy {spec}: only {' and '.join(CHECKPOINT_STRATEGIES)} take a checkpoint "
-                                    "(STRATEGY@ZOO_ID or STRATEGY@PATH)")
-        if len(set(self.strategies)) < len(self.strategies):
-            raise MetatuneError(f"--strategies names a strategy twice: {', '.join(self.strategies)}")
+        check_strategies(self.strategies)
         if self.repeats < 1:
             raise MetatuneError("--repeats must be >= 1")
 
@@ -74,6 +65,25 @@ def split_strategy(spec: str) -> tuple[str, str | None]:
     or a path), so that one bench sets checkpoints side by side; a bare name uses --checkpoint."""
     name, sep, checkpoint = spec.partition("@")
     return name, (checkpoint if sep else None)
+
+
+def file_name(strategy: str) -> str:
+    """A strategy spec as one path component (a checkpoint's zoo id or path holds slashes)."""
+    return strategy.replace("/", "_")
+
+
+def check_strategies(strategies: list[str]) -> None:
+    """Known strategy names, a checkpoint only where a strategy takes one, none twice."""
+    unknown = [s for s in strategies if split_strategy(s)[0] not in STRATEGIES]
+    if unknown or not strategies:
+        raise MetatuneError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
+    for spec in strategies:
+        name, checkpoint = split_strategy(spec)
+        if checkpoint is not None and (name not in CHECKPOINT_STRATEGIES or not checkpoint):
+            raise MetatuneError(f"strategy {spec}: only {' and '.join(CHECKPOINT_STRATEGIES)} take a checkpoint "
+                                "(STRATEGY@ZOO_ID or STRATEGY@PATH)")
+    if len(set(strategies)) < len(strategies):
+        raise MetatuneError(f"--strategies names a strategy twice: {', '.join(strategies)}")
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,7 @@ class RunKey:
 
     @property
     def _file_name(self) -> str:
-        """The strategy spec as one path component (a checkpoint's zoo id or path holds slashes)."""
-        return self.strategy.replace("/", "_")
+        return file_name(self.strategy)
 
 
 def plan(suite: list[BenchWorkload], strategies: list[str], repeats: int) -> list[tuple[BenchWorkload, RunKey]]:

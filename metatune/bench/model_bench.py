@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune import MetatuneError
-from metatune.bench.harness import BenchProgress, read_result, write_json
+from metatune.bench.harness import BenchProgress, check_strategies, file_name, read_result, split_strategy, write_json
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
@@ -59,7 +59,7 @@ def against_onnxruntime(library: Path, twin: ModelSource, threads: int) -> Compa
 
 
 def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
-    return out / "model" / name / f"{strategy}-r{repeat}-t{trials}.json"
+    return out / "model" / name / f"{file_name(strategy)}-r{repeat}-t{trials}.json"
 
 
 def run_model_bench(model: str, trials_totals: list[int], strategies: list[str], repeats: int, out: Path,
@@ -73,8 +73,9 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     if any(n < 1 or n >= totals[-1] for n in replays):
         raise MetatuneError(f"--replay-at {','.join(map(str, replays))}: each must be between 1 and the largest "
                             f"--trials-total ({totals[-1]}), exclusive")
-    for strategy in strategies:
-        check_strategy(strategy)  # one-line errors before anything is measured
+    check_strategies(strategies)  # one-line errors before anything is measured
+    for spec in strategies:
+        check_strategy(split_strategy(spec)[0])
     imported = import_model(ModelSource.parse(model, input_shapes or []))
     name = imported.name
     twin = onnx_twin(imported, out / "model" / name)
@@ -82,7 +83,9 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     progress = progress or BenchProgress(total=len(runs) * totals[-1])
     for i, (strategy, repeat) in enumerate(runs):
         base = i * totals[-1]
-        run_dir = out / "model" / name / f"{strategy}-r{repeat}"
+        run_dir = out / "model" / name / f"{file_name(strategy)}-r{repeat}"
+        tuner, named_checkpoint = split_strategy(strategy)
+        run_checkpoint = named_checkpoint or checkpoint
         for trials in totals:
             path = result_path(out, name, strategy, repeat, trials)
             previous = read_result(path)
@@ -94,25 +97,26 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
                 progress.set(base + min(n, total), f"{name} [{strategy}] {status}")
 
             library = run_dir / f"{name}-t{trials}.so"
-            tuned = tune_model(imported, trials, strategy, run_dir, checkpoint=checkpoint, runner=runner,
+            tuned = tune_model(imported, trials, tuner, run_dir, checkpoint=run_checkpoint, runner=runner,
                                trials_per_iter=trials_per_iter, seed=repeat, report=report, target=target,
                                export=library)
             result = tuned.to_json()
             if twin is not None:
                 result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads).to_json()
-            result["repeat"], result["trials_total"] = repeat, trials
+            result["strategy"], result["repeat"], result["trials_total"] = strategy, repeat, trials
             write_json(path, result)
             progress.set(base + trials, f"{name} [{strategy}] {trials} trials: {result['model_ms']} ms")
         for trials in replays:
             path = replay_path(out, name, strategy, repeat, trials, totals[-1])
             if not path.exists():
-                result = replay(imported, strategy, repeat, trials, run_dir, totals[-1], twin, checkpoint, runner,
+                result = replay(imported, tuner, repeat, trials, run_dir, totals[-1], twin, run_checkpoint, runner,
                                 target)
+                result["strategy"] = strategy
                 write_json(path, result)
 
 
 def replay_path(out: Path, name: str, strategy: str, repeat: int, trials: int, of: int) -> Path:
-    return out / "model" / name / f"{strategy}-r{repeat}-t{trials}-of{of}.json"
+    return out / "model" / name / f"{file_name(strategy)}-r{repeat}-t{trials}-of{of}.json"
 
 
 def replay(imported: ImportedModel, strategy: str, repeat: int, trials: int, run_dir: Path, of: int,

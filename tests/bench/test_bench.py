@@ -211,6 +211,13 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     assert "| tinycnn | random | 2 (first of 8) |" in table
 
 
+def test_model_bench_rejects_a_checkpoint_for_a_strategy_without_one(tmp_path):
+    proc = run_cli("bench", "--model", "tinycnn", "--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5",
+                   "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and "only metatune and gradient take a checkpoint" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "m").exists()
+
+
 def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
     proc = run_cli("bench", "--model", "nosuchnet", "--strategies", "random", "--out", str(tmp_path / "m"))
     assert proc.returncode == 2 and "nosuchnet" in proc.stderr and "Traceback" not in proc.stderr
