@@ -93,14 +93,10 @@ class RunKey:
     repeat: int
 
     def db_dir(self, out: Path) -> Path:
-        return out / "runs" / self.workload / f"{self._file_name}-r{self.repeat}"
+        return out / "runs" / self.workload / f"{file_name(self.strategy)}-r{self.repeat}"
 
     def result_path(self, out: Path) -> Path:
-        return out / "runs" / self.workload / f"{self._file_name}-r{self.repeat}.json"
-
-    @property
-    def _file_name(self) -> str:
-        return file_name(self.strategy)
+        return out / "runs" / self.workload / f"{file_name(self.strategy)}-r{self.repeat}.json"
 
 
 def plan(suite: list[BenchWorkload], strategies: list[str], repeats: int) -> list[tuple[BenchWorkload, RunKey]]:
