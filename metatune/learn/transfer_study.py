@@ -125,13 +125,16 @@ class TransferStudy:
                                 "choose fine-tuning's rate and steps on; leave source-finetune out (--methods)")
         source = self.source.trained
         check = EvalConfig(ks=(CHOICE_K,), repeats=1, seed=seed, methods=("finetune",))
+        scores: dict[tuple[float, int], float] = {}
         for lr, steps in FINETUNE_GRID:
             method = support_trainer(lambda: copy.deepcopy(source.model), source.builder, workloads, steps, lr)
-            result = evaluate(workloads, {"finetune": method}, check)
-            self.finetune_scores[f"lr={lr:g},steps={steps}"] = result.metrics["finetune"][str(CHOICE_K)]["pairwise_acc"]
-        best = max(FINETUNE_GRID, key=lambda p: self.finetune_scores[f"lr={p[0]:g},steps={p[1]}"])
+            metrics = evaluate(workloads, {"finetune": method}, check).metrics["finetune"][str(CHOICE_K)]
+            scores[(lr, steps)] = metrics["pairwise_acc"]
+        self.finetune_scores = {f"lr={lr:g},steps={steps}": v for (lr, steps), v in scores.items()}
+        best = max(FINETUNE_GRID, key=scores.__getitem__)
+        listed = ", ".join(f"{k} {v:.3f}" for k, v in self.finetune_scores.items())
         echo(f"source-finetune: lr {best[0]:g}, {best[1]} steps (pairwise accuracy on {len(workloads)} training "
-             f"workloads at k = {CHOICE_K}: " + ", ".join(f"{k} {v:.3f}" for k, v in self.finetune_scores.items()) + ")")
+             f"workloads at k = {CHOICE_K}: {listed})")
         return best
 
     def methods(self, train: list[EncodedWorkload], heldout: list[EncodedWorkload], config: EvalConfig,
@@ -220,7 +223,6 @@ def default_source_data(source: NamedCheckpoint) -> Path | None:
         return None
     candidate = Path(path) if Path(path).is_absolute() else REPO_ROOT / path
     return candidate if read_card(candidate) is not None else None
-
 
 
 def run_study(source_name: str, data: Path, config: EvalConfig, native: str | None = None, adapted: str | None = None,
