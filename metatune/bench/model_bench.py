@@ -70,9 +70,10 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     are skipped. Then each run is replayed at each of `replay_at` (fewer trials than its largest total)."""
     totals = sorted(set(trials_totals))
     replays = sorted(set(replay_at or []))
-    if any(n < 1 or n >= totals[-1] for n in replays):
+    if any(n < 1 or n > totals[-1] for n in replays):
         raise MetatuneError(f"--replay-at {','.join(map(str, replays))}: each must be between 1 and the largest "
-                            f"--trials-total ({totals[-1]}), exclusive")
+                            f"--trials-total ({totals[-1]}); at the largest, the finished model is timed again "
+                            "(so that runs timed at different times can be compared in one)")
     check_strategies(strategies)  # one-line errors before anything is measured
     for spec in strategies:
         check_strategy(split_strategy(spec)[0])

@@ -26,8 +26,8 @@ def bench(
                                                   "several (200,1000) are reached in turn by one resumed run."),
     replay_at: Optional[str] = typer.Option(None, help="With --model: also time each run's model as its first N "
                                                        "trials left it (its database cut to N records; comma-"
-                                                       "separated, below the largest --trials-total): how soon a "
-                                                       "strategy reaches a latency."),
+                                                       "separated, up to the largest --trials-total): how soon a "
+                                                       "strategy reaches a latency, all timed side by side."),
     budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
     strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
     repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
