@@ -155,6 +155,7 @@ def model_table(out: Path) -> str:
     for (model, strategy, _, of), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][2],
                                                                                     item[0][1], item[0][3])):
         trials = f"{statistics.median(r['trials'] for r in group):.0f}" + (f" (first of {of})" if of else "")
+        tuning = "–" if of else f"{statistics.median(r['tune_s'] for r in group):.0f}"  # a replay tunes nothing
         tvm_ms = statistics.median(r["model_ms"] for r in group)
         reference_ms = statistics.median(r["reference_ms"] for r in group)
         ort = [r["onnxruntime"] for r in group if "onnxruntime" in r]
@@ -164,7 +165,7 @@ def model_table(out: Path) -> str:
             f"{tvm_ms:.2f} | {group[0].get('reference', 'PyTorch eager')} | {reference_ms:.2f} | "
             f"{_speedup([r.get('comparison', {}) for r in group], reference_ms / tvm_ms)} | {ort_ms} | "
             f"{_speedup(ort) if ort else '–'} | {len(group[0]['tasks'])} "
-            f"({max(len(r['untuned']) for r in group)}) | {statistics.median(r['tune_s'] for r in group):.0f} | "
+            f"({max(len(r['untuned']) for r in group)}) | {tuning} | "
             f"{all(r['verified'] for r in group)} |")
     return "\n".join(lines) + "\n"
 

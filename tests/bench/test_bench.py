@@ -191,14 +191,16 @@ def test_config_sorts_and_checks_budgets():
 
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     out = tmp_path / "model-bench"
-    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2", "--strategies", "random",
-                   "--out", str(out))
+    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2,8", "--strategies",
+                   "random", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = (json.loads((out / "model" / "tinycnn" / f"random-r0-t{t}.json").read_text()) for t in (4, 8))
     assert first["trials"] >= 4 and second["trials"] >= 8  # the second total resumed the first run's database
     # the replay: the model as the run's first two trials left it, compiled without tuning more
     replayed = json.loads((out / "model" / "tinycnn" / "random-r0-t2-of8.json").read_text())
     assert replayed["trials"] == 2 and replayed["replay_of"] == 8 and replayed["tune_s"] < 5
+    retimed = json.loads((out / "model" / "tinycnn" / "random-r0-t8-of8.json").read_text())
+    assert retimed["trials"] == 8 and retimed["verified"]  # at the largest total: the finished model, timed again
     records = (out / "model" / "tinycnn" / "random-r0-at2" / RECORD_FILE).read_text().splitlines()
     assert records == (out / "model" / "tinycnn" / "random-r0" / RECORD_FILE).read_text().splitlines()[:2]
     for result in (first, second, replayed):
