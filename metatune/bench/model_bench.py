@@ -110,6 +110,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
         for trials in replays:
             path = replay_path(out, name, strategy, repeat, trials, totals[-1])
             if not path.exists():
+                progress.set(base + totals[-1], f"{name} [{strategy}] compiling and timing its first {trials} trials")
                 result = replay(imported, tuner, repeat, trials, run_dir, totals[-1], twin, run_checkpoint, runner,
                                 target)
                 result["strategy"] = strategy
