@@ -67,7 +67,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
                     progress: BenchProgress | None = None, target: str | None = None,
                     input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> None:
     """Each (strategy, repeat) tunes the model to each of `trials_totals` in turn; finished runs
-    are skipped. Then each run is replayed at each of `replay_at` (fewer trials than its largest total)."""
+    are skipped. Then each run is replayed at each of `replay_at` (up to its largest total)."""
     totals = sorted(set(trials_totals))
     replays = sorted(set(replay_at or []))
     if any(n < 1 or n > totals[-1] for n in replays):

@@ -192,12 +192,12 @@ class TransferStudy:
 
 def zoo_checkpoints_of(device_id: str, root: Path) -> tuple[NamedCheckpoint | None, NamedCheckpoint | None]:
     """The newest native and the newest adapted zoo checkpoint of a device (None where it has none)."""
-    found: dict[bool, ZooEntry] = {}
+    found: dict[bool, tuple[ZooEntry, dict[str, Any]]] = {}
     for entry in sorted(read_index(root), key=lambda e: e.number):
         if entry.device_id == device_id:
-            found[bool(read_zoo_card(entry).get("adapted_from"))] = entry
-    named = {adapted: NamedCheckpoint(load_from_zoo(e), e.id, e.sha256, read_zoo_card(e))
-             for adapted, e in found.items()}
+            card = read_zoo_card(entry)
+            found[bool(card.get("adapted_from"))] = entry, card
+    named = {adapted: NamedCheckpoint(load_from_zoo(e), e.id, e.sha256, card) for adapted, (e, card) in found.items()}
     return named.get(False), named.get(True)
 
 
@@ -239,7 +239,8 @@ def run_study(source_name: str, data: Path, config: EvalConfig, native: str | No
         raise MetatuneError(f"{data} is not a dataset (no card.json); build it with `metatune dataset build`")
     root = zoo_root if zoo_root is not None else default_zoo_dir()
     source = open_checkpoint(source_name, root)
-    zoo_native, zoo_adapted = zoo_checkpoints_of(card["device"]["device_id"], root)
+    zoo_native, zoo_adapted = (None, None) if native and adapted else zoo_checkpoints_of(card["device"]["device_id"],
+                                                                                          root)
     study = TransferStudy(
         source, data,
         native=open_checkpoint(native, root) if native else zoo_native,
