@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import typer
 
@@ -11,6 +12,23 @@ from metatune import MetatuneError
 from metatune.cli.common import RUNNER_HELP, TARGET_HELP, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
+
+
+@contextmanager
+def bench_console(out: Path, title: str, total: int) -> Iterator[Any]:
+    """A progress bar, with TVM's C++ warnings (written to file descriptor 2) kept in `out/logs`
+    instead of burying it; yields the bar's `BenchProgress`."""
+    from metatune.bench.harness import BenchProgress
+    from metatune.progress import progress_bar
+    from metatune.tune.logs import NATIVE_LOG_FILE, native_output_to
+
+    log = out / "logs" / NATIVE_LOG_FILE
+    typer.echo(f"logs: {log} (TVM's C++ warnings)", err=True)
+    with native_output_to(log), progress_bar() as bar:
+        task = bar.add_task(title, total=total, status="")
+        progress = BenchProgress(total=total)
+        progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
+        yield progress
 
 
 @app.command()
@@ -75,19 +93,13 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
                             replay_at: list[int] | None = None) -> None:
     """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
     PyTorch eager and onnxruntime."""
-    from metatune.bench.harness import BenchProgress
     from metatune.bench.model_bench import model_table, run_model_bench
-    from metatune.progress import progress_bar
     from metatune.workload.model_source import parse_shape
 
     names = parse_list(strategies, "--strategies")
     shapes = [parse_shape(text) for text in input_shape or []]
     if not report_only:
-        total = len(names) * repeats * max(trials_totals)
-        with progress_bar() as bar:
-            task = bar.add_task(f"bench {model}", total=total, status="")
-            progress = BenchProgress(total=total)
-            progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
+        with bench_console(out, f"bench {model}", len(names) * repeats * max(trials_totals)) as progress:
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
                             target, shapes, replay_at)
     table = model_table(out)
@@ -102,9 +114,8 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
                       target: str | None = None) -> None:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
     results are readable and a re-run resumes."""
-    from metatune.bench.harness import BenchConfig, BenchProgress, run_bench
+    from metatune.bench.harness import BenchConfig, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
-    from metatune.progress import progress_bar
 
     config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
                          strategies=parse_list(strategies, "--strategies"),
@@ -114,10 +125,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
         from metatune.bench.suites import load_suite
 
         total = len(load_suite(suite)) * len(config.strategies) * repeats * config.max_trials
-        with progress_bar() as bar:
-            task = bar.add_task(f"bench {suite}", total=total, status="")
-            progress = BenchProgress(total=total)
-            progress.listeners.append(lambda p: bar.update(task, completed=p.done, status=p.status))
+        with bench_console(out, f"bench {suite}", total) as progress:
             run_bench(config, progress, echo=lambda m: typer.echo(m, err=True),
                       after_run=lambda: write_report(out, config.budgets))
     table = write_report(out, config.budgets)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 
@@ -62,16 +62,19 @@ def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
     return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{key}"
 
 
-def quiet_console(db_dir: Path, verbose: bool) -> ContextManager[None]:
-    """Unless verbose, say once where MetaSchedule's logs go and keep Python's warnings there too,
-    so that the console shows only the progress line and the result."""
-    from metatune.tune.logs import WARNINGS_FILE, log_dir, warnings_to_file
+@contextmanager
+def quiet_console(db_dir: Path, verbose: bool) -> Iterator[None]:
+    """Unless verbose, say once where MetaSchedule's logs go and keep Python's warnings and TVM's C++
+    warnings there too, so that the console shows only the progress line and the result."""
+    from metatune.tune.logs import NATIVE_LOG_FILE, WARNINGS_FILE, log_dir, native_output_to, warnings_to_file
 
     if verbose:
-        return nullcontext()
+        yield
+        return
     logs = log_dir(db_dir)
-    typer.echo(f"logs: {logs} (MetaSchedule's task tables, Python warnings; -v prints them here)", err=True)
-    return warnings_to_file(logs / WARNINGS_FILE)
+    typer.echo(f"logs: {logs} (MetaSchedule's task tables, Python and TVM warnings; -v prints them here)", err=True)
+    with warnings_to_file(logs / WARNINGS_FILE), native_output_to(logs / NATIVE_LOG_FILE):
+        yield
 
 
 @contextmanager

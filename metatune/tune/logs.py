@@ -1,13 +1,17 @@
 """Where tuning's logs go.
 
-MetaSchedule logs its task table after every batch, and libraries warn about deprecations;
-on the console both bury the progress line. Quiet (the default) keeps them with the run, in
-the database folder's `logs/`; verbose leaves them on the console, as TVM and Python print them.
+MetaSchedule logs its task table after every batch, libraries warn about deprecations, and
+TVM's C++ writes its warnings (unknown schedule rules, topi's notes) straight to file
+descriptor 2; on the console all of them bury the progress line. Quiet (the default) keeps them
+with the run, in the database folder's `logs/`; verbose leaves them on the console, as TVM and
+Python print them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +19,7 @@ from typing import Callable, Iterator, TextIO
 
 META_SCHEDULE_LOGGER = "tvm.s_tir.meta_schedule"
 WARNINGS_FILE = "python-warnings.log"
+NATIVE_LOG_FILE = "tvm-native.log"
 
 
 def log_dir(db_dir: Path) -> Path:
@@ -49,3 +54,36 @@ def warnings_to_file(path: Path) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.showwarning = _append_to(path)
         yield
+
+
+@contextmanager
+def native_output_to(path: Path) -> Iterator[None]:
+    """Inside the block, what native code writes to file descriptor 2 (TVM's C++ `LOG(WARNING)`, and
+    the output of worker processes started here) is appended to `path`, while Python's `sys.stderr`
+    (progress lines, notes, errors) still reaches the console through a copy of the descriptor."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    console = os.dup(2)
+    python_stderr = sys.stderr
+    swapped = _writes_to_fd(python_stderr, 2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+    if swapped:
+        sys.stderr = open(console, "w", buffering=1, closefd=False, encoding=python_stderr.encoding,
+                          errors="backslashreplace")
+    try:
+        yield
+    finally:
+        if swapped:
+            sys.stderr.close()
+            sys.stderr = python_stderr
+        os.dup2(console, 2)
+        os.close(console)
+
+
+def _writes_to_fd(stream: TextIO, fd: int) -> bool:
+    """Whether `stream` is the file descriptor `fd` (not, e.g., a test runner's buffer)."""
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False

@@ -208,3 +208,34 @@ def test_warnings_to_file_keeps_warnings_off_stderr(tmp_path, capsys):
         warnings.warn("an old API", DeprecationWarning)
     assert "DeprecationWarning: an old API" in path.read_text()
     assert "an old API" not in capsys.readouterr().err
+
+
+NATIVE_WARNING = "is not valid in"  # TVM's C++ warning (LLVM) for an -mcpu LLVM does not know
+
+NATIVE_SCRIPT = """
+import sys
+from pathlib import Path
+
+import tvm
+from tvm import te
+
+from metatune.tune.logs import native_output_to
+
+a = te.placeholder((4,), name="a")
+func = te.create_prim_func([a, te.compute((4,), lambda i: a[i] * 2, name="b")])
+with native_output_to(Path(sys.argv[1])):
+    tvm.compile(func, target=tvm.target.Target({"kind": "llvm", "mcpu": "notacpu"}))
+    print("progress line", file=sys.stderr)
+tvm.compile(func, target=tvm.target.Target({"kind": "llvm", "mcpu": "notacpu2"}))
+"""
+
+
+def test_native_output_goes_to_the_log_while_python_stderr_stays_on_the_console(tmp_path):
+    """TVM's C++ writes its warnings to file descriptor 2, past Python: inside `native_output_to` they
+    land in the log, Python's own stderr lines still on the console, and after it fd 2 is the console."""
+    log = tmp_path / "logs" / "tvm-native.log"
+    proc = subprocess.run([sys.executable, "-c", NATIVE_SCRIPT, str(log)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "`-mcpu=notacpu` " + NATIVE_WARNING in log.read_text()
+    assert "progress line" in proc.stderr and "`-mcpu=notacpu` " not in proc.stderr, proc.stderr
+    assert "`-mcpu=notacpu2` " + NATIVE_WARNING in proc.stderr and "notacpu2" not in log.read_text()
