@@ -62,22 +62,28 @@ def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -
     return out / "model" / name / f"{file_name(strategy)}-r{repeat}-t{trials}.json"
 
 
+def check_request(model: str, trials_totals: list[int], strategies: list[str],
+                  input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> ModelSource:
+    """The parsed model SPEC, or a one-line error for a bad request, before anything is written or measured."""
+    largest = max(trials_totals)
+    if any(n < 1 or n > largest for n in replay_at or []):
+        raise MetatuneError(f"--replay-at {','.join(map(str, sorted(set(replay_at or []))))}: each must be between 1 "
+                            f"and the largest --trials-total ({largest}); at the largest, the finished model is timed "
+                            "again (so that runs timed at different times can be compared in one)")
+    check_strategies(strategies)
+    for spec in strategies:
+        check_strategy(split_strategy(spec)[0])
+    return ModelSource.parse(model, input_shapes or [])
+
+
 def run_model_bench(model: str, trials_totals: list[int], strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
                     progress: BenchProgress | None = None, target: str | None = None,
                     input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> None:
     """Each (strategy, repeat) tunes the model to each of `trials_totals` in turn; finished runs
     are skipped. Then each run is replayed at each of `replay_at` (up to its largest total)."""
-    totals = sorted(set(trials_totals))
-    replays = sorted(set(replay_at or []))
-    if any(n < 1 or n > totals[-1] for n in replays):
-        raise MetatuneError(f"--replay-at {','.join(map(str, replays))}: each must be between 1 and the largest "
-                            f"--trials-total ({totals[-1]}); at the largest, the finished model is timed again "
-                            "(so that runs timed at different times can be compared in one)")
-    check_strategies(strategies)  # one-line errors before anything is measured
-    for spec in strategies:
-        check_strategy(split_strategy(spec)[0])
-    imported = import_model(ModelSource.parse(model, input_shapes or []))
+    imported = import_model(check_request(model, trials_totals, strategies, input_shapes, replay_at))
+    totals, replays = sorted(set(trials_totals)), sorted(set(replay_at or []))
     name = imported.name
     twin = onnx_twin(imported, out / "model" / name)
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]

@@ -93,12 +93,13 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
                             replay_at: list[int] | None = None) -> None:
     """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
     PyTorch eager and onnxruntime."""
-    from metatune.bench.model_bench import model_table, run_model_bench
+    from metatune.bench.model_bench import check_request, model_table, run_model_bench
     from metatune.workload.model_source import parse_shape
 
     names = parse_list(strategies, "--strategies")
     shapes = [parse_shape(text) for text in input_shape or []]
     if not report_only:
+        check_request(model, trials_totals, names, shapes, replay_at)  # before the console writes its log into out
         with bench_console(out, f"bench {model}", len(names) * repeats * max(trials_totals)) as progress:
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
                             target, shapes, replay_at)

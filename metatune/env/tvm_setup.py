@@ -90,7 +90,8 @@ VM_SCOPE_LOG = "Warning: Scope "
 def without_vm_scope_logs() -> Iterator[None]:
     """TVM 0.27's VM executable logs one C++ WARNING line per function ("Scope Saving:", "Scope
     Loaded:") each time it is exported or loaded: debugging output, not a warning to the user.
-    The C++ stderr is collected meanwhile and every other line passed on."""
+    The C++ stderr is collected meanwhile and every other line passed on to file descriptor 2
+    (wherever it points: the console, or a run's log under `native_output_to`)."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as collected:
@@ -101,7 +102,6 @@ def without_vm_scope_logs() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             collected.seek(0)
-            for line in collected.read().decode(errors="replace").splitlines(keepends=True):
-                if VM_SCOPE_LOG not in line:
-                    sys.stderr.write(line)
-            sys.stderr.flush()
+            kept = [line for line in collected.read().splitlines(keepends=True) if VM_SCOPE_LOG.encode() not in line]
+            with os.fdopen(os.dup(2), "wb") as native_stderr:  # writes all of it, even to a full pipe
+                native_stderr.write(b"".join(kept))

@@ -213,10 +213,13 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     assert "| tinycnn | random | 2 (first of 8) |" in table
 
 
-def test_model_bench_rejects_a_checkpoint_for_a_strategy_without_one(tmp_path):
-    proc = run_cli("bench", "--model", "tinycnn", "--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5",
-                   "--out", str(tmp_path / "m"))
-    assert proc.returncode == 2 and "only metatune and gradient take a checkpoint" in proc.stderr
+@pytest.mark.parametrize("args, message", [
+    (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"), "only metatune and gradient take a checkpoint"),
+    (("--strategies", "random", "--trials-total", "4", "--replay-at", "8"), "--replay-at 8: each must be between 1"),
+])
+def test_model_bench_rejects_a_bad_request_before_writing_anything(tmp_path, args, message):
+    proc = run_cli("bench", "--model", "tinycnn", *args, "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and message in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "m").exists()
 
 
