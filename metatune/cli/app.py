@@ -43,11 +43,18 @@ def _root(
     """Build datasets, train, publish and tune with meta-learned cost models."""
 
 
+_SHOWN: set[str] = set()
+
+
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: TextIO | None = None, line: str | None = None) -> None:
-    """A `warnings.showwarning` printing "warning: MESSAGE": where in the code a warning was raised
-    is no concern of the user."""
-    print(f"warning: {message}", file=file or sys.stderr)
+    """A `warnings.showwarning` printing "warning: MESSAGE" once per process: where in the code a warning
+    was raised is no concern of the user, and a bench that resolves the same checkpoint for every run
+    would otherwise repeat it."""
+    text = f"warning: {message}"
+    if text not in _SHOWN:
+        _SHOWN.add(text)
+        print(text, file=file or sys.stderr)
 
 
 def main() -> None:

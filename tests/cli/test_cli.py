@@ -67,3 +67,17 @@ def test_measure_json(tmp_path):
     data = json.loads(path.read_text())
     assert data["measured"] + sum(data["failures"].values()) == data["sampled"] == 4
     assert len(data["candidates"]) == 4 and data["best_gflops"] > 0
+
+
+def test_a_warning_is_shown_once_per_process():
+    """A bench resolves the same checkpoint for every run: its nearest-device warning is printed once."""
+    import io
+
+    from metatune.cli.app import show_warning
+
+    out = io.StringIO()
+    for message in ("no zoo checkpoint for device A (once)", "no zoo checkpoint for device A (once)",
+                    "another warning (once)"):
+        show_warning(UserWarning(message), UserWarning, "tuner.py", 1, file=out)
+    assert out.getvalue().splitlines() == ["warning: no zoo checkpoint for device A (once)",
+                                           "warning: another warning (once)"]
