@@ -87,20 +87,30 @@ VM_SCOPE_LOG = "Warning: Scope "
 
 
 @contextmanager
+def native_stderr_to(fileno: int) -> Iterator[int]:
+    """Inside the block, file descriptor 2 (where C++ code writes) points at `fileno`; yields a copy of
+    what it pointed at before, which is where it points again afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fileno, 2)
+    try:
+        yield saved
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextmanager
 def without_vm_scope_logs() -> Iterator[None]:
     """TVM 0.27's VM executable logs one C++ WARNING line per function ("Scope Saving:", "Scope
     Loaded:") each time it is exported or loaded: debugging output, not a warning to the user.
     The C++ stderr is collected meanwhile and every other line passed on to file descriptor 2
     (wherever it points: the console, or a run's log under `native_output_to`)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
     with tempfile.TemporaryFile() as collected:
-        os.dup2(collected.fileno(), 2)
         try:
-            yield
+            with native_stderr_to(collected.fileno()):
+                yield
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
             collected.seek(0)
             kept = [line for line in collected.read().splitlines(keepends=True) if VM_SCOPE_LOG.encode() not in line]
             with os.fdopen(os.dup(2), "wb") as native_stderr:  # writes all of it, even to a full pipe

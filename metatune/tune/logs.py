@@ -10,12 +10,13 @@ Python print them.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
+
+from metatune.env.tvm_setup import native_stderr_to
 
 META_SCHEDULE_LOGGER = "tvm.s_tir.meta_schedule"
 WARNINGS_FILE = "python-warnings.log"
@@ -62,23 +63,18 @@ def native_output_to(path: Path) -> Iterator[None]:
     the output of worker processes started here) is appended to `path`, while Python's `sys.stderr`
     (progress lines, notes, errors) still reaches the console through a copy of the descriptor."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    console = os.dup(2)
     python_stderr = sys.stderr
     swapped = _writes_to_fd(python_stderr, 2)
-    with path.open("ab") as log:
-        os.dup2(log.fileno(), 2)
-    if swapped:
-        sys.stderr = open(console, "w", buffering=1, closefd=False, encoding=python_stderr.encoding,
-                          errors="backslashreplace")
-    try:
-        yield
-    finally:
+    with path.open("ab") as log, native_stderr_to(log.fileno()) as console:
         if swapped:
-            sys.stderr.close()
-            sys.stderr = python_stderr
-        os.dup2(console, 2)
-        os.close(console)
+            sys.stderr = open(console, "w", buffering=1, closefd=False, encoding=python_stderr.encoding,
+                              errors="backslashreplace")
+        try:
+            yield
+        finally:
+            if swapped:
+                sys.stderr.close()
+                sys.stderr = python_stderr
 
 
 def _writes_to_fd(stream: TextIO, fd: int) -> bool:
