@@ -17,11 +17,14 @@ def train(
     data: Path = typer.Option(..., help="Dataset directory (records + card.json)."),
     config: Path = typer.Option(..., help="Training config, e.g. train/configs/x86_64-sapphirerapids-2c.yaml."),
     out: Path = typer.Option(..., help="Run directory to write (weights, card, evaluation, curves)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Processes that encode the records and train and "
+                                                            "evaluate the models side by side (default: one per "
+                                                            "core); the results do not depend on it."),
 ) -> None:
     """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
     from metatune.learn.train import run_train
 
-    run_train(data, config, out, echo=typer.echo)
+    run_train(data, config, out, echo=typer.echo, workers=workers)
 
 
 @app.command()

@@ -9,16 +9,33 @@ learns the k samples, which is how a MetaSchedule user transfers a cost model ac
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from metatune import MetatuneError
 from metatune.dataset.store import WorkloadStore
+from metatune.env.plugin import FEATURE_EXTRACTOR, plugin_class
 from metatune.env.tvm_setup import import_tensor_intrinsics
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
+
+
+class _KnownCandidateFeatures:
+    """PerStoreFeature of one workload's candidates, extracted once and looked up by object: an
+    evaluation has XGBModel learn from and score subsets of the same candidates dozens of times."""
+
+    def __init__(self, features: dict[int, Any]) -> None:
+        self.features = features
+
+    def extract_from(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> list[Any]:
+        try:
+            return [self.features[c.__chandle__()] for c in candidates]
+        except KeyError:
+            raise MetatuneError("a candidate that is not one of this task's records was scored") from None
 
 
 @dataclass
@@ -31,6 +48,15 @@ class RecordTask:
 
     def subset(self, idx: Sequence[int]) -> tuple[list["MeasureCandidate"], list[Any]]:
         return [self.candidates[i] for i in idx], [self.results[i] for i in idx]
+
+    @functools.cached_property
+    def extractor(self) -> Any:
+        """A feature extractor for XGBModel that knows every candidate's PerStoreFeature (extracted on first use)."""
+        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+        features = PerStoreFeature().extract_from(self.context, self.candidates)
+        known = plugin_class(FEATURE_EXTRACTOR, _KnownCandidateFeatures, "KnownCandidateFeatures")
+        return known({c.__chandle__(): f for c, f in zip(self.candidates, features)})
 
 
 def record_task(store: WorkloadStore, target: Any) -> RecordTask:
@@ -48,11 +74,12 @@ def record_task(store: WorkloadStore, target: Any) -> RecordTask:
     )
 
 
-def new_xgb() -> Any:
+def new_xgb(extractor: Any = None) -> Any:
+    """TVM's default cost model (on PerStoreFeature, or `extractor`), learning from its first sample on."""
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    return XGBModel(extractor=PerStoreFeature(), num_warmup_samples=0, adaptive_training=False)
+    return XGBModel(extractor=extractor or PerStoreFeature(), num_warmup_samples=0, adaptive_training=False)
 
 
 def xgb_predict(model: Any, task: RecordTask, support: Sequence[int], query: Sequence[int]) -> np.ndarray:

@@ -16,6 +16,7 @@ import hashlib
 import io
 import logging
 import os
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -23,10 +24,12 @@ from typing import Any, Callable
 import numpy as np
 
 from metatune import MetatuneError
-from metatune.cost_model.xgb import record_task
+from metatune.cost_model.xgb import new_xgb, record_task
 from metatune.dataset.store import DatasetStore, WorkloadStore
+from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import REPO_ROOT, write_atomic
 from metatune.measure.measurer import median_latency
+from metatune.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,49 @@ def _extract(store: WorkloadStore, target: Any) -> FeatureGroup:
     return FeatureGroup(shash2hex(task.context.mod), features, costs)
 
 
+def cache_training_features(dataset_dir: Path, target: Any, echo: Callable[[str], None] = logger.info,
+                            workers: int | None = None) -> list[Path]:
+    """The feature cache file of every complete training workload, extracting the missing ones first,
+    one process per core (`workers` caps them): replaying and featurising ~13,000 records takes minutes."""
+    stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
+    if not stores:
+        raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
+                            f"complete training workload: "
+                            f"build one with `metatune dataset build` or set ${DATASET_ENV}")
+    cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
+    paths = [_cache_path(store, cache_dir) for store in stores]
+    missing = [(store, path) for store, path in zip(stores, paths) if not path.exists()]
+    if missing:
+        echo(f"xgb-transfer: extracting the features of {len(missing)} training workloads")
+    n = worker_count(len(missing), workers)
+    with progress_bar() as bar:
+        task = bar.add_task("xgb features", total=len(missing), status="")
+        if n > 1:
+            with process_pool(n, _start_feature_worker) as pool:
+                futures = [pool.submit(_extract_to_cache, str(store.dir), str(path), target.export())
+                           for store, path in missing]
+                for future in as_completed(futures):
+                    bar.update(task, advance=1, status=future.result())
+        else:
+            for store, path in missing:
+                _save(_extract(store, target), path)
+                bar.update(task, advance=1, status=store.workload.family)
+    return paths
+
+
+def _start_feature_worker() -> None:
+    """One TVM thread per worker: the workers already occupy every core."""
+    os.environ["TVM_NUM_THREADS"] = "1"
+
+
+def _extract_to_cache(store_dir: str, path: str, target: dict[str, Any]) -> str:
+    from tvm.target import Target
+
+    store = WorkloadStore(Path(store_dir), repair=False)
+    _save(_extract(store, Target(target)), Path(path))
+    return store.workload.family
+
+
 def _save(group: FeatureGroup, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
@@ -86,41 +132,23 @@ class TransferredXGB:
         self.booster = booster
 
     @classmethod
-    def from_dataset(cls, dataset_dir: Path, target: Any,
-                     echo: Callable[[str], None] = logger.info) -> "TransferredXGB":
-        stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
-        if not stores:
-            raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
-                                f"complete training workload: "
-                                f"build one with `metatune dataset build` or set ${DATASET_ENV}")
-        cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
-        groups = []
-        for store in stores:
-            path = _cache_path(store, cache_dir)
-            if not path.exists():
-                echo(f"xgb-transfer: extracting features of {store.workload} ({store.num_records} records)")
-                _save(_extract(store, target), path)
-            groups.append(_load(path))
-        model = _new_model()
+    def from_dataset(cls, dataset_dir: Path, target: Any, echo: Callable[[str], None] = logger.info,
+                     workers: int | None = None) -> "TransferredXGB":
+        groups = [_load(path) for path in cache_training_features(dataset_dir, target, echo, workers)]
+        model = new_xgb()
         state = _fill(model, groups)
         state._train(xs=[f for g in groups for f in g.features],  # pylint: disable=protected-access
                      ys=np.concatenate([g.costs.min() / g.costs for g in groups]))
         echo(f"xgb-transfer: trained on {state.data_size} records of {len(groups)} training workloads")
         return cls(groups, state.booster)
 
-    def fresh(self) -> Any:
-        model = _new_model()
+    def fresh(self, extractor: Any = None) -> Any:
+        """An XGBModel with the pretrained booster and groups (on PerStoreFeature, or `extractor`)."""
+        model = new_xgb(extractor)
         state = _fill(model, self.groups)
         state.booster = self.booster.copy()
         state.last_train_size = state.data_size
         return model
-
-
-def _new_model() -> Any:
-    from tvm.s_tir.meta_schedule.cost_model import XGBModel
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    return XGBModel(extractor=PerStoreFeature(), num_warmup_samples=0, adaptive_training=False)
 
 
 def _fill(model: Any, groups: list[FeatureGroup]) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -26,6 +27,8 @@ from metatune.dataset.store import DatasetStore, WorkloadStore, workload_slug
 from metatune.encode import layout
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import DeviceFingerprint
+from metatune.env.processes import process_pool, worker_count
+from metatune.fileio import write_atomic
 from metatune.measure.measurer import median_latency
 from metatune.progress import progress_bar
 
@@ -205,39 +208,75 @@ def dataset_template(directory: Path) -> Template:
     return Template.for_target(DeviceFingerprint.from_json(card["device"]).tvm_target())
 
 
+CACHED_FIELDS = ("features", "slots", "parents", "ptr", "log_thr")
+
+
+def _cache_meta(store: WorkloadStore, version: str) -> dict[str, str]:
+    """What a cache file must say to be current: the workload, its split and record count, the template."""
+    return {"workload": store.workload.key, "split": store.split, "records": str(store.num_records),
+            "template_version": version}
+
+
+def _cache_is_current(path: Path, meta: dict[str, str]) -> bool:
+    from safetensors import safe_open
+
+    if not path.exists():
+        return False
+    with safe_open(str(path), "pt") as f:
+        return f.metadata() == meta
+
+
+def _encode_to_cache(store: WorkloadStore, encoder: "GraphEncoder", path: Path) -> None:
+    from safetensors.torch import save
+
+    enc = encode_store(store, encoder)
+    tensors = {k: getattr(enc, k).contiguous() for k in CACHED_FIELDS}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, save(tensors, metadata=_cache_meta(store, encoder.version)))
+
+
+_worker_encoder: GraphEncoder | None = None
+
+
+def _start_encoder_worker(template: dict) -> None:
+    global _worker_encoder  # pylint: disable=global-statement
+    torch.set_num_threads(1)
+    _worker_encoder = GraphEncoder(Template.from_json(template))
+
+
+def _encode_in_worker(store_dir: str, path: str) -> str:
+    assert _worker_encoder is not None, "worker started without _start_encoder_worker"
+    store = WorkloadStore(Path(store_dir), repair=False)
+    _encode_to_cache(store, _worker_encoder, Path(path))
+    return store.workload.family
+
+
 def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
-                 progress: bool = True) -> list[EncodedWorkload]:
+                 workers: int | None = None) -> list[EncodedWorkload]:
     """Every complete (sealed) workload, from the cache when it is current, else encoded and cached.
 
     Workloads still being measured are left out: a clean checkout holds only sealed ones, so
-    this keeps what a model was trained on reproducible from the repository."""
-    from safetensors.torch import load_file, save_file
+    this keeps what a model was trained on reproducible from the repository. Uncached workloads
+    are encoded by one process per core (`workers` caps it): replaying traces is pure CPU work.
+    """
+    from safetensors.torch import load_file
 
     stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
-    out: list[EncodedWorkload] = []
+    paths = [_cache_path(Path(directory), encoder.version, s) for s in stores]
+    missing = [(s, p) for s, p in zip(stores, paths) if not _cache_is_current(p, _cache_meta(s, encoder.version))]
     with progress_bar() as bar:
-        task = bar.add_task("encode", total=len(stores), status="")
-        for store in stores:
-            path = _cache_path(Path(directory), encoder.version, store)
-            meta = {"workload": store.workload.key, "split": store.split, "records": str(store.num_records),
-                    "template_version": encoder.version}
-            cached = None
-            if path.exists():
-                from safetensors import safe_open
-
-                with safe_open(str(path), "pt") as f:
-                    if f.metadata() == meta:
-                        cached = load_file(str(path))
-            if cached is None:
-                enc = encode_store(store, encoder)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tensors = {k: getattr(enc, k).contiguous() for k in ("features", "slots", "parents", "ptr", "log_thr")}
-                save_file(tensors, str(path), metadata=meta)
-                out.append(enc)
-            else:
-                out.append(EncodedWorkload(store.workload.key, store.workload.family, store.split, **cached))
-            bar.update(task, advance=1, status=store.workload.family)
-    return out
+        task = bar.add_task("encode", total=len(stores), completed=len(stores) - len(missing), status="")
+        n = worker_count(len(missing), workers)
+        if n > 1:
+            with process_pool(n, _start_encoder_worker, (encoder.template.to_json(),)) as pool:
+                futures = [pool.submit(_encode_in_worker, str(s.dir), str(p)) for s, p in missing]
+                for future in as_completed(futures):
+                    bar.update(task, advance=1, status=future.result())
+        else:
+            for store, path in missing:
+                _encode_to_cache(store, encoder, path)
+                bar.update(task, advance=1, status=store.workload.family)
+    return [EncodedWorkload(s.workload.key, s.workload.family, s.split, **load_file(str(p))) for s, p in zip(stores, paths)]
 
 
 def split_sets(encoded: Sequence[EncodedWorkload]) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:

@@ -20,6 +20,7 @@ BUILDER = "tvm.s_tir.meta_schedule.builder.PyBuilder"
 RUNNER = "tvm.s_tir.meta_schedule.runner.PyRunner"
 RUNNER_FUTURE = "tvm.s_tir.meta_schedule.runner.PyRunnerFuture"
 MEASURE_CALLBACK = "tvm.s_tir.meta_schedule.measure_callback.PyMeasureCallback"
+FEATURE_EXTRACTOR = "tvm.s_tir.meta_schedule.feature_extractor.PyFeatureExtractor"
 
 
 @functools.cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -52,10 +53,12 @@ class EvalConfig(BaseModel):
 
 @dataclass
 class EvalResult:
-    """metrics[method][k][metric] = median over workloads; per_workload keeps the detail."""
+    """metrics[method][k][metric] = median over workloads; per_workload keeps the detail;
+    seconds[method] = wall time the method spent adapting and predicting (what makes a table slow)."""
 
     metrics: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     per_workload: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def support_query(n: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -153,11 +156,13 @@ def evaluate(tasks: Sequence[EncodedWorkload], methods: dict[str, Method], confi
             draws = [support_query(len(w), k, np.random.default_rng([config.seed, t, k, r])) for r in range(config.repeats)]
             for name, method in methods.items():
                 runs = []
+                start = time.perf_counter()
                 for r, (support, query) in enumerate(draws):
                     pred = method(t, support, query, config.seed + r)
                     if not np.all(np.isfinite(pred)):
                         continue  # the method cannot predict here (e.g. XGBoost with k = 0)
                     runs.append(all_metrics(pred, w.log_thr[query].numpy().astype(np.float64)))
+                result.seconds[name] = result.seconds.get(name, 0.0) + time.perf_counter() - start
                 if runs:
                     mean = {m: float(np.mean([run[m] for run in runs])) for m in runs[0]}
                     result.per_workload.setdefault(name, {}).setdefault(str(k), {})[w.key] = mean
@@ -188,11 +193,13 @@ def frozen_copy(model: CostModel) -> CostModel:
     return clone
 
 
-def xgb_method(record_tasks: Sequence["RecordTask"], start: Callable[[], object]) -> Method:
-    """TVM's XGBModel, started fresh (`xgb`) or from a transfer model (`xgb-transfer`)."""
+def xgb_method(record_tasks: Sequence["RecordTask"], start: Callable[[object], object]) -> Method:
+    """TVM's XGBModel, started fresh (`xgb`) or from a transfer model (`xgb-transfer`), given the feature
+    extractor to use; each workload's PerStoreFeature is extracted once for all its draws."""
 
     def method(t: int, support: np.ndarray, query: np.ndarray, seed: int) -> np.ndarray:
         np.random.seed(seed)
-        return xgb_predict(start(), record_tasks[t], support, query)
+        task = record_tasks[t]
+        return xgb_predict(start(task.extractor), task, support, query)
 
     return method

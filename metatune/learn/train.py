@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 import json
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ import torch
 from metatune import MetatuneError, __version__
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.cost_model.xgb import new_xgb, record_task
-from metatune.cost_model.xgb_transfer import TransferredXGB
+from metatune.cost_model.xgb_transfer import TransferredXGB, cache_training_features
 from metatune.dataset.card import read_card
 from metatune.dataset.store import DatasetStore
 from metatune.encode.graphs import (
@@ -34,10 +35,19 @@ from metatune.encode.graphs import (
 )
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import DeviceFingerprint
+from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
-from metatune.learn.config import TrainConfig, load_config, with_evaluation
-from metatune.learn.evaluate import EvalResult, evaluate, format_table, gcn_adapter, scratch_trainer, xgb_method
+from metatune.learn.config import EVAL_METHODS, TrainConfig, load_config, with_evaluation
+from metatune.learn.evaluate import (
+    EvalResult,
+    Method,
+    evaluate,
+    format_table,
+    gcn_adapter,
+    scratch_trainer,
+    xgb_method,
+)
 from metatune.learn.maml import TrainLog, meta_train, pretrain
 from metatune.learn.report import write_evaluation
 
@@ -46,6 +56,17 @@ PLAIN_FILE = "plain.safetensors"  # the ablation trained without the super-graph
 CURVES_FILE = "curves.json"
 
 Echo = Callable[[str], object]
+XGB_METHODS = ("xgb", "xgb-transfer")
+
+
+@contextmanager
+def timed(wall_s: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the block's wall time to `wall_s[phase]`: the card says where a run's time went."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        wall_s[phase] = wall_s.get(phase, 0.0) + time.perf_counter() - start
 
 
 def _split_validation(train: list[EncodedWorkload], fraction: float,
@@ -57,12 +78,13 @@ def _split_validation(train: list[EncodedWorkload], fraction: float,
     return [train[i] for i in order[n_valid:]], valid
 
 
-def load_splits(data_dir: Path, config: TrainConfig) -> tuple[list[EncodedWorkload], list[EncodedWorkload],
-                                                               list[EncodedWorkload], list[EncodedWorkload]]:
-    """All encoded workloads with enough records for a MAML task, then training, validation and held-out."""
+def load_splits(data_dir: Path, config: TrainConfig, workers: int | None = None) -> tuple[
+        list[EncodedWorkload], list[EncodedWorkload], list[EncodedWorkload], list[EncodedWorkload]]:
+    """All encoded workloads with enough records for a MAML task, then training, validation and held-out
+    (`workers` caps the processes encoding what is not cached yet)."""
 
     encoder = GraphEncoder(dataset_template(data_dir))
-    encoded = load_encoded(data_dir, encoder, min_records=config.maml.k_support + 10)
+    encoded = load_encoded(data_dir, encoder, min_records=config.maml.k_support + 10, workers=workers)
     train_all, heldout = split_sets(encoded)
     train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
     return encoded, train, valid, heldout
@@ -95,79 +117,180 @@ def train_models(config: TrainConfig, train: list[EncodedWorkload], valid: list[
     return TrainedModel(model, builder, maml_cfg), TrainedModel(pretrained, builder, maml_cfg)
 
 
-def run_evaluation(config: TrainConfig, data_dir: Path, heldout: list[EncodedWorkload],
-                   main: TrainedModel, pretrained: TrainedModel, plain: TrainedModel | None, echo: Echo) -> EvalResult:
-    """The evaluation table: every method on identical support/query draws."""
-    eval_cfg = config.evaluation
-    methods = {
-        "metatune": gcn_adapter(main.model, main.builder, heldout, main.maml),
-        "finetune": gcn_adapter(pretrained.model, pretrained.builder, heldout, main.maml),
-        "scratch": scratch_trainer(main.model, main.builder, heldout, eval_cfg),
-    }
+def gcn_methods(config: TrainConfig, heldout: list[EncodedWorkload], main: TrainedModel | None = None,
+                pretrained: TrainedModel | None = None, plain: TrainedModel | None = None) -> dict[str, Method]:
+    """The GCN rows of the table for the models given: MAML-adapted, fine-tuned, from scratch, the ablation."""
+    methods: dict[str, Method] = {}
+    if main is not None and pretrained is not None:
+        methods = {
+            "metatune": gcn_adapter(main.model, main.builder, heldout, main.maml),
+            "finetune": gcn_adapter(pretrained.model, pretrained.builder, heldout, main.maml),
+            "scratch": scratch_trainer(main.model, main.builder, heldout, config.evaluation),
+        }
+        methods = {k: v for k, v in methods.items() if k in config.evaluation.methods}
     if plain is not None:
         methods["metatune-plain"] = gcn_adapter(plain.model, plain.builder, heldout, plain.maml)
-    methods = {k: v for k, v in methods.items() if k in eval_cfg.methods or k == "metatune-plain"}
-    if {"xgb", "xgb-transfer"} & set(eval_cfg.methods):
-        target = DeviceFingerprint.from_json(read_card(data_dir)["device"]).tvm_target()
-        stores = {s.workload.key: s for s in DatasetStore(data_dir)}
-        echo("xgb: extracting held-out candidates")
+    return methods
+
+
+def xgb_methods(config: TrainConfig, data_dir: Path, heldout: list[EncodedWorkload], setup_s: dict[str, float],
+                echo: Echo, only: tuple[str, ...] = XGB_METHODS) -> dict[str, Method]:
+    """The XGBoost rows (of those in `only`): TVM's XGBModel from the k samples alone (`xgb`), and
+    warm-started on the training workloads (`xgb-transfer`)."""
+    wanted = [m for m in only if m in config.evaluation.methods]
+    if not wanted:
+        return {}
+    target = DeviceFingerprint.from_json(read_card(data_dir)["device"]).tvm_target()
+    stores = {s.workload.key: s for s in DatasetStore(data_dir)}
+    echo("extracting held-out candidates")
+    with timed(setup_s, f"{'+'.join(wanted)}: held-out candidates"):
         held_tasks = [record_task(stores[w.key], target) for w in heldout]
-        if "xgb" in eval_cfg.methods:
-            methods["xgb"] = xgb_method(held_tasks, new_xgb)
-        if "xgb-transfer" in eval_cfg.methods:
-            methods["xgb-transfer"] = xgb_method(held_tasks, TransferredXGB.from_dataset(data_dir, target, echo).fresh)
-    return evaluate(heldout, methods, eval_cfg, on_step=lambda s: echo(f"evaluate {s}"))
+    methods = {}
+    if "xgb" in wanted:
+        methods["xgb"] = xgb_method(held_tasks, new_xgb)
+    if "xgb-transfer" in wanted:
+        with timed(setup_s, "xgb-transfer: training data"):
+            transferred = TransferredXGB.from_dataset(data_dir, target, echo)
+        methods["xgb-transfer"] = xgb_method(held_tasks, transferred.fresh)
+    return methods
 
 
-def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print) -> dict[str, Any]:
-    """The whole `metatune train` command; returns the card."""
+def run_evaluation(config: TrainConfig, heldout: list[EncodedWorkload], methods: dict[str, Method],
+                   setup_s: dict[str, float], echo: Echo) -> EvalResult:
+    """Every method on identical support/query draws; the seconds include the methods' set-up."""
+    result = evaluate(heldout, methods, config.evaluation, on_step=lambda s: echo(f"evaluate {s}"))
+    result.seconds.update(setup_s)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# A training run as independent jobs
+
+
+def planned_jobs(config: TrainConfig) -> list[str]:
+    """The run's independent parts, longest first (workers take them in this order): each GCN is
+    trained and evaluated in its own job (the super-graph model, the plain-graph ablation), and each
+    XGBoost row in its own (xgb-transfer first reads every training workload's features)."""
+    jobs = ["main"]
+    if "xgb-transfer" in config.evaluation.methods:
+        jobs.append("xgb-transfer")
+    if config.ablation and config.mode == "supergraph":
+        jobs.append("ablation")
+    if "xgb" in config.evaluation.methods:
+        jobs.append("xgb")
+    return jobs
+
+
+def run_job(job: str, data_dir: str, config_json: dict[str, Any], out: str, echo: Echo | None = None) -> dict[str, Any]:
+    """One part of a training run, in this process or a worker: it writes its weights into `out`
+    and returns what the card needs, as JSON (so a worker's result is the same as this process's)."""
+    config = TrainConfig.model_validate(config_json)
+    torch.set_num_threads(config.threads)
+    say = echo or (lambda message: print(f"[{job}] {message}", flush=True))
+    data, run_dir = Path(data_dir), Path(out)
+    _, train, valid, heldout = load_splits(data, config)
+    log, wall_s, setup_s = TrainLog(), {}, {}
+    extra = {"dataset_id": read_card(data)["dataset_id"]}
+    template = dataset_template(data)
+    if job in XGB_METHODS:
+        with timed(wall_s, f"{job}: evaluation"):
+            methods = xgb_methods(config, data, heldout, setup_s, say, only=(job,))
+            result = run_evaluation(config, heldout, methods, setup_s, say)
+    else:
+        mode = config.mode if job == "main" else "plain"
+        with timed(wall_s, f"{job}: train"):
+            model, pretrained = train_models(config, train, valid, mode, template, log, say)
+        if job == "main":
+            model.save(run_dir / WEIGHTS_FILE, extra)
+            pretrained.save(run_dir / PRETRAINED_FILE, extra)
+            methods = gcn_methods(config, heldout, main=model, pretrained=pretrained)
+        else:
+            model.save(run_dir / PLAIN_FILE, extra)
+            methods = gcn_methods(config, heldout, plain=model)
+        with timed(wall_s, f"{job}: evaluation"):
+            result = run_evaluation(config, heldout, methods, setup_s, say)
+    return {"curves": log.curves, "metrics": result.metrics, "per_workload": result.per_workload,
+            "seconds": result.seconds, "wall_s": wall_s, "template_version": template.version}
+
+
+def run_all_jobs(jobs: list[str], data_dir: Path, config: TrainConfig, out: Path, workers: int,
+                 echo: Echo) -> dict[str, dict[str, Any]]:
+    """Each job's result; with more than one worker the jobs run in spawned processes, two at a time on
+    two cores, each with `config.threads` torch threads."""
+    args = (str(data_dir), config.model_dump(mode="json", round_trip=True), str(out))
+    if workers <= 1:
+        return {job: run_job(job, *args, echo=echo) for job in jobs}
+    echo(f"running {', '.join(jobs)} in {workers} worker processes")
+    with process_pool(workers) as pool:
+        futures = {job: pool.submit(run_job, job, *args) for job in jobs}
+        return {job: future.result() for job, future in futures.items()}
+
+
+def merged_result(results: dict[str, dict[str, Any]]) -> EvalResult:
+    """The jobs' rows as one table, in the order the methods are listed in EVAL_METHODS."""
+    merged = EvalResult()
+    for part in results.values():
+        merged.metrics.update(part["metrics"])
+        merged.per_workload.update(part["per_workload"])
+        merged.seconds.update(part["seconds"])
+    order = {name: i for i, name in enumerate(EVAL_METHODS)}
+    merged.metrics = dict(sorted(merged.metrics.items(), key=lambda kv: order.get(kv[0], len(order))))
+    return merged
+
+
+def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
+              workers: int | None = None) -> dict[str, Any]:
+    """The whole `metatune train` command; returns the card. `workers` caps the processes (default: one
+    per usable core); the card is the same with any number of them."""
 
     config = load_config(config_path)
     dataset_card = read_card(data_dir)
     if dataset_card is None:
         raise MetatuneError(f"{data_dir} is not a dataset (no card.json); build it with `metatune dataset build`")
     torch.set_num_threads(config.threads)
-    start = time.perf_counter()
-    encoded, train, valid, heldout = load_splits(data_dir, config)
+    wall_s: dict[str, float] = {}
+    with timed(wall_s, "encode"):
+        encoded, train, valid, heldout = load_splits(data_dir, config, workers)
     if len(train) + len(valid) < 3 or not heldout:
         raise MetatuneError(f"{data_dir}: need >= 3 training and >= 1 held-out workloads with records, "
                             f"have {len(train) + len(valid)} and {len(heldout)}")
-    echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {time.perf_counter() - start:.0f} s")
-    log = TrainLog()
-    t0 = time.perf_counter()
-    template = dataset_template(data_dir)
-    main, pretrained = train_models(config, train, valid, config.mode, template, log, echo)
-    train_wall = time.perf_counter() - t0
-    plain = None
-    if config.ablation and config.mode == "supergraph":
-        plain, _ = train_models(config, train, valid, "plain", template, log, echo)
-    result = run_evaluation(config, data_dir, heldout, main, pretrained, plain, echo)
+    echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {wall_s['encode']:.0f} s")
+    if "xgb-transfer" in config.evaluation.methods:  # every core on it now, not one inside its job
+        with timed(wall_s, "xgb-transfer: training features"):
+            target = DeviceFingerprint.from_json(dataset_card["device"]).tvm_target()
+            cache_training_features(data_dir, target, echo, workers)
     out.mkdir(parents=True, exist_ok=True)
+    jobs = planned_jobs(config)
+    with timed(wall_s, "train and evaluate"):
+        results = run_all_jobs(jobs, data_dir, config, out, worker_count(len(jobs), workers), echo)
+    for part in results.values():
+        wall_s.update(part["wall_s"])
+    result = merged_result(results)
+    log = TrainLog({name: values for part in results.values() for name, values in part["curves"].items()})
     import tvm
 
     card = {
         "name": config.name,
         "device": dataset_card["device"],
-        "template_version": main.builder.template.version,
+        "template_version": results["main"]["template_version"],
         "dataset": {"id": dataset_card["dataset_id"], "path": portable_path(data_dir), "spec_hash": dataset_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},
         "train_config": config.model_dump(mode="json"),
         "metrics": result.metrics,
         "metrics_per_workload": result.per_workload,
-        "train_wall_s": round(train_wall, 1),
+        "train_wall_s": round(wall_s["main: train"], 1),
+        "wall_s": {**{phase: round(v, 1) for phase, v in wall_s.items()},
+                   "evaluation_by_method": {name: round(v, 1) for name, v in result.seconds.items()}},
         "versions": {"metatune": __version__, "tvm": tvm.__version__, "torch": torch.__version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    extra = {"dataset_id": dataset_card["dataset_id"]}
-    main.save(out / WEIGHTS_FILE, extra)
-    pretrained.save(out / PRETRAINED_FILE, extra)
-    if plain is not None:
-        plain.save(out / PLAIN_FILE, extra)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
     (out / CURVES_FILE).write_text(json.dumps(log.curves) + "\n")
     write_evaluation(out, result, log)
-    echo(f"training took {train_wall / 60:.1f} min; wrote {out}")
+    echo(f"training took {wall_s['main: train'] / 60:.1f} min; wrote {out}")
+    echo("wall time: " + ", ".join(f"{phase} {v:.0f} s" for phase, v in wall_s.items())
+         + "; evaluation by method: " + ", ".join(f"{name} {v:.0f} s" for name, v in result.seconds.items()))
     return card
 
 
@@ -202,7 +325,9 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: 
     if methods is not None and "metatune-plain" not in methods:
         plain = None
     _, _, _, heldout = load_splits(data_dir, config)
-    result = run_evaluation(config, data_dir, heldout, main, pretrained, plain, echo)
+    setup_s: dict[str, float] = {}
+    methods = {**gcn_methods(config, heldout, main, pretrained, plain), **xgb_methods(config, data_dir, heldout, setup_s, echo)}
+    result = run_evaluation(config, heldout, methods, setup_s, echo)
     if side_study:
         echo(format_table(result))
         return result

@@ -41,3 +41,35 @@ def test_transfer_predicts_without_samples_and_its_copies_are_independent(stores
     assert not np.allclose(adapted, cold), "the support samples must change the model"
     again = xgb_predict(transfer.fresh(), task, [], query)
     np.testing.assert_allclose(again, cold, err_msg="updating one copy leaked into the next fresh() copy")
+
+
+def linked_dataset(root, stores) -> None:
+    for store in stores:
+        link = root / "workloads" / store.workload.family / store.dir.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(store.dir)
+
+
+def test_features_extracted_once_or_by_workers_are_tvms_own(stores, target, tmp_path):
+    """The evaluation's shortcuts change nothing: a task's features looked up instead of re-extracted
+    give TVM's predictions, and training features extracted by two workers are one process's."""
+    from metatune.cost_model.xgb_transfer import cache_training_features
+
+    root, held = stores
+    task = record_task(held, target)
+    support, query = np.arange(8), np.arange(8, 40)
+    np.random.seed(0)
+    own = xgb_predict(new_xgb(), task, support, query)
+    np.random.seed(0)
+    np.testing.assert_array_equal(xgb_predict(new_xgb(task.extractor), task, support, query), own)
+
+    train = [s for s in DatasetStore(root) if s.split == "train"]
+    linked_dataset(tmp_path / "one", train)
+    linked_dataset(tmp_path / "two", train)
+    alone = cache_training_features(tmp_path / "one", target, echo=lambda _: None, workers=1)
+    shared = cache_training_features(tmp_path / "two", target, echo=lambda _: None, workers=2)
+    assert len(alone) == len(shared) == 2
+    for a, b in zip(alone, shared):
+        with np.load(a) as x, np.load(b) as y:
+            assert sorted(x.files) == sorted(y.files)
+            assert all(np.array_equal(x[k], y[k]) for k in x.files)

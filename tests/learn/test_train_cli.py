@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors import safe_open
 from typer.testing import CliRunner
 
 from metatune import MetatuneError
@@ -14,6 +16,7 @@ from metatune.cli import app
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import REPO_ROOT
 from metatune.learn.config import TrainConfig, load_config
+from metatune.learn.train import run_train
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
@@ -37,26 +40,53 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     shutil.copy(SHIPPED / "card.json", data / "card.json")
     config = root / "tiny.yaml"
     config.write_text(CONFIG.read_text().split("\nmodel:")[0] + """
-ablation: false
+ablation: true
 model: {hidden: 16, gcn_layers: 1, fc_hidden: 16}
 pretrain: {epochs: 2, steps_per_epoch: 3, workloads_per_batch: 2, graphs_per_workload: 8, rank_loss: true}
 maml: {k_support: 8, q_query: 8, tasks_per_batch: 2, iterations: 4, eval_every: 2}
-evaluation: {ks: [0, 8], repeats: 1, methods: [metatune, scratch]}
+evaluation: {ks: [0, 8], repeats: 1, methods: [metatune, scratch, xgb, xgb-transfer]}
 """)
     out = root / "run"
-    result = cli("train", "--data", data, "--config", config, "--out", out)
+    # two workers: the models and XGBoost are trained and evaluated in spawned processes
+    result = cli("train", "--data", data, "--config", config, "--out", out, "--workers", 2)
     assert result.exit_code == 0, result.output
+    assert "in 2 worker processes" in result.output
     return data, out
+
+
+TINY_METHODS = {"metatune", "scratch", "metatune-plain", "xgb", "xgb-transfer"}
 
 
 def test_train_writes_weights_card_and_table(tiny_run):
     _, out = tiny_run
     card = json.loads((out / "card.json").read_text())
     assert card["dataset"]["train_workloads"] + card["dataset"]["valid_workloads"] == 4
-    assert set(card["metrics"]) == {"metatune", "scratch"}
+    assert set(card["metrics"]) == TINY_METHODS
+    assert list(card["metrics"]) == ["metatune", "scratch", "metatune-plain", "xgb", "xgb-transfer"]
     assert 0.0 <= card["metrics"]["metatune"]["8"]["pairwise_acc"] <= 1.0
     assert "| metatune | 8 |" in (out / "eval.md").read_text()
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert {"model.safetensors", "pretrained.safetensors", "plain.safetensors"} <= {p.name for p in out.iterdir()}
+    # where the run's time went: every phase and job it ran, and each evaluated method
+    assert set(card["wall_s"]) == {"encode", "train and evaluate", "main: train", "main: evaluation",
+                                   "ablation: train", "ablation: evaluation", "xgb: evaluation",
+                                   "xgb-transfer: evaluation", "xgb-transfer: training features",
+                                   "evaluation_by_method"}
+    assert TINY_METHODS <= set(card["wall_s"]["evaluation_by_method"])
+    assert card["wall_s"]["main: train"] == card["train_wall_s"] > 0
+
+
+def test_one_process_trains_what_the_workers_train(tiny_run, tmp_path):
+    """The jobs are independent: run one after another in this process, they give the same table."""
+    data, out = tiny_run
+    alone = run_train(data, out.parent / "tiny.yaml", tmp_path / "alone", echo=lambda _: None, workers=1)
+    parallel = json.loads((out / "card.json").read_text())
+    assert alone["metrics"] == parallel["metrics"]
+    assert alone["metrics_per_workload"] == parallel["metrics_per_workload"]
+    for name in ("model.safetensors", "plain.safetensors"):  # same tensors and metadata (its order is not kept)
+        with safe_open(str(tmp_path / "alone" / name), "pt") as a, safe_open(str(out / name), "pt") as b:
+            assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+            assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
 
 
 def test_evaluate_side_study_prints_its_table_and_keeps_the_card(tiny_run):
