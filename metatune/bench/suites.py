@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from metatune import MetatuneError
+from metatune.fileio import REPO_ROOT
 from metatune.workload.operators import RESNET18_NAMES, SUITES, Workload, WorkloadError, get_suite, resolve_workload
 
 
@@ -23,15 +24,24 @@ class BenchWorkload:
     workload: Workload
 
 
+SUITE_FILES = REPO_ROOT / "bench" / "suites"
+
+
+def suite_names() -> list[str]:
+    """The built-in suites and the shipped suite files (bench/suites/NAME.yaml)."""
+    return [*SUITES, *sorted(p.stem for p in SUITE_FILES.glob("*.yaml"))]
+
+
 def load_suite(spec: str) -> list[BenchWorkload]:
-    """A named suite, or the workloads listed in a YAML/JSON file."""
+    """A named suite (built in, or shipped as bench/suites/NAME.yaml), or the workloads listed in a YAML/JSON file."""
     if spec == "resnet18":
         return [BenchWorkload(n, w) for n, w in zip(RESNET18_NAMES, get_suite(spec))]
     if spec in SUITES:
         return _named_by_family(get_suite(spec))
-    path = Path(spec)
+    shipped = SUITE_FILES / f"{spec}.yaml"
+    path = shipped if shipped.exists() else Path(spec)
     if not path.exists():
-        raise MetatuneError(f"unknown suite {spec!r}: not one of {', '.join(SUITES)} and no such file")
+        raise MetatuneError(f"unknown suite {spec!r}: not one of {', '.join(suite_names())} and no such file")
     return _from_file(path)
 
 

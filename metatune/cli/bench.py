@@ -33,8 +33,10 @@ def bench_console(out: Path, title: str, total: int) -> Iterator[Any]:
 
 @app.command()
 def bench(
-    suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, or a YAML/JSON "
-                                            "file listing workload texts or {name, workload} items."),
+    suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, a shipped "
+                                            "suite file's name (other-networks: VGG-16, Inception-v3, "
+                                            "MobileNet-v2 and GPT-2 layers), or a YAML/JSON file listing "
+                                            "workload texts or {name, workload} items."),
     model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (a tune --model "
                                                    "SPEC: resnet18, PATH.onnx, FILE.py:CALLABLE, torchvision:NAME) per "
                                                    "strategy and time it against PyTorch eager and onnxruntime."),

@@ -15,7 +15,7 @@ from metatune import MetatuneError
 from metatune.bench.harness import BenchConfig, merge_segments, plan, remeasure_references
 from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown
-from metatune.bench.suites import load_suite
+from metatune.bench.suites import load_suite, suite_names
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.measure.reference_timing import MAX_PASSES, PASSES
@@ -134,6 +134,17 @@ def test_suite_from_file(tmp_path):
     path = tmp_path / "suite.yaml"
     path.write_text("- C6\n- {name: small, workload: 'dense:m=64,n=64,k=64'}\n- 'dense:m=32,n=32,k=32'\n")
     assert [b.name for b in load_suite(str(path))] == ["C6", "small", "dense"]
+
+
+def test_shipped_suites_are_real_layers_the_dataset_has_not_seen():
+    """A suite shipped to check that a gain is not tuned to ResNet-18 must hold none of the default
+    dataset's workloads (training or held out; the spec is seeded, so every device's dataset has these)."""
+    seen = {s.workload for s in DatasetStore(REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")}
+    assert len(seen) == 79
+    suite = load_suite("other-networks")
+    assert len(suite) == 13 and len({b.workload for b in suite}) == 13
+    assert not seen & {b.workload for b in suite}
+    assert "other-networks" in suite_names()
 
 
 @pytest.mark.parametrize("content, fragment", [
