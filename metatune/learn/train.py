@@ -215,8 +215,8 @@ def run_job(job: str, data_dir: str, config_json: dict[str, Any], out: str, echo
 
 def run_all_jobs(jobs: list[str], data_dir: Path, config: TrainConfig, out: Path, workers: int,
                  echo: Echo) -> dict[str, dict[str, Any]]:
-    """Each job's result; with more than one worker the jobs run in spawned processes, two at a time on
-    two cores, each with `config.threads` torch threads."""
+    """Each job's result; with more than one worker the jobs run in spawned processes, `workers` at a
+    time (one per core), each with `config.threads` torch threads."""
     args = (str(data_dir), config.model_dump(mode="json", round_trip=True), str(out))
     if workers <= 1:
         return {job: run_job(job, *args, echo=echo) for job in jobs}
