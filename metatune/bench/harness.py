@@ -27,10 +27,9 @@ from metatune.env.device import fingerprint_for_target, local_fingerprint, usabl
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
 from metatune.measure.check import device_type
-from metatune.tune.tuner import STRATEGIES, tune_workload
+from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, tune_workload
 
 REFERENCES_FILE = "references.json"
-CHECKPOINT_STRATEGIES = ("metatune", "gradient")  # the strategies that tune with a cost-model checkpoint
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
 
 
@@ -80,7 +79,7 @@ def check_strategies(strategies: list[str]) -> None:
     for spec in strategies:
         name, checkpoint = split_strategy(spec)
         if checkpoint is not None and (name not in CHECKPOINT_STRATEGIES or not checkpoint):
-            raise MetatuneError(f"strategy {spec}: only {' and '.join(CHECKPOINT_STRATEGIES)} take a checkpoint "
+            raise MetatuneError(f"strategy {spec}: only {', '.join(CHECKPOINT_STRATEGIES)} take a checkpoint "
                                 "(STRATEGY@ZOO_ID or STRATEGY@PATH)")
     if len(set(strategies)) < len(strategies):
         raise MetatuneError(f"--strategies names a strategy twice: {', '.join(strategies)}")

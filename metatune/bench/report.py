@@ -72,7 +72,7 @@ def workload_order(runs: list[Run]) -> list[str]:
 
 
 def strategy_order(runs: list[Run]) -> list[str]:
-    preferred = ["metatune", "gradient", "xgb-transfer", "xgb", "random"]
+    preferred = ["metatune", "metatune-evolve", "gradient", "xgb-transfer", "xgb", "random"]
     present = {r.strategy for r in runs}
     return [s for s in preferred if s in present] + sorted(present - set(preferred))
 

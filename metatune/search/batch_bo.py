@@ -8,7 +8,11 @@ Each batch:
 1. Pool: uniform random valid configurations plus one-knob neighbours of the best measured
    configurations, minus everything measured, failed or in flight. The pool persists across
    batches (a slice of the random part is renewed each batch, neighbours follow the
-   incumbents), so a batch pays only for the configurations it adds.
+   incumbents), so a batch pays only for the configurations it adds. Optionally (`evolve_*`)
+   mutation chains go further: each generation mutates 1..`max_changes` knobs of the
+   configurations the cost model scores best (and of the incumbents), and the pool keeps the
+   best-scored mutants, as EvolutionarySearch does with its cost model, but as candidates for
+   the acquisition rather than as the batch.
 2. Prior: the MetaSchedule cost model's predictions (higher = faster) on the pool, turned
    into rank-based normal scores. Re-predicted only when the model changed (checked on a
    probe of cached entries): MetaSchedule updates the cost model after every batch.
@@ -59,6 +63,11 @@ class BatchBOSettings:
     ucb_beta: float = 4.0
     min_observations: int = 4  # successful measurements before the GP takes over
     max_gp_points: int = 512  # GP training set cap (best half kept, the rest subsampled)
+    evolve_children: int = 0  # mutants built per generation (0: no mutation chains)
+    evolve_generations: int = 2  # generations per batch
+    evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
+    evolve_keep: int = 256  # mutants kept in the pool, best-scored first
+    max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
 
@@ -67,6 +76,10 @@ class BatchBOSettings:
             raise ValueError(f"acquisition must be 'logei' or 'ucb', not {self.acquisition!r}")
         if self.pool_random + self.pool_local < 1 or self.min_observations < 2:
             raise ValueError("BatchBO needs a non-empty pool and min_observations >= 2")
+        if min(self.evolve_children, self.evolve_generations, self.evolve_parents, self.evolve_keep) < 0:
+            raise ValueError("the evolve_* settings must be >= 0")
+        if self.max_changes < 1:
+            raise ValueError("max_changes must be >= 1")
 
 
 @dataclass
@@ -81,7 +94,8 @@ class BatchBOStats(SearchStats):
     prior_batches: int = 0  # batches chosen by the cost model alone (first batch or fallback)
     fallbacks: int = 0  # GP failures that fell back to the cost model (each logged)
     predictions: int = 0  # configurations scored by the cost model
-    pool_added: int = 0  # configurations built for the pool (random + neighbours)
+    pool_added: int = 0  # configurations built for the pool (random + neighbours + mutants)
+    mutants: int = 0  # of which mutants of the mutation chains
     prior_weight: float | None = field(default=None, metadata=LAST)  # last fitted w: trust in the cost model
 
 
@@ -92,8 +106,9 @@ class _Entry:
     cand: Candidate
     measure: "MeasureCandidate"
     embedding: np.ndarray
-    origin: Config | None  # the incumbent it neighbours; None for a random entry
+    origin: Config | None  # the incumbent it neighbours; None for a random entry or a mutant
     born: int
+    mutant: bool = False  # made by a mutation chain (kept by score, not by incumbent)
     raw: float | None = None  # cost-model output, valid while the model is unchanged
 
 
@@ -112,13 +127,14 @@ class CandidatePool:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def _add(self, cand: Candidate, origin: Config | None, batch: int) -> None:
+    def _add(self, cand: Candidate, origin: Config | None, batch: int, mutant: bool = False) -> _Entry:
         from tvm.s_tir.meta_schedule import MeasureCandidate
 
         assert cand.config is not None
-        self.entries[cand.config] = _Entry(
-            cand, MeasureCandidate(cand.sch, self.args_info), self.space.embed(cand.config), origin, batch
-        )
+        entry = _Entry(cand, MeasureCandidate(cand.sch, self.args_info), self.space.embed(cand.config), origin, batch,
+                       mutant=mutant)
+        self.entries[cand.config] = entry
+        return entry
 
     def discard(self, configs: Iterable[Config]) -> None:
         for c in configs:
@@ -131,7 +147,7 @@ class CandidatePool:
         ignores what earlier rounds said about exhaustion (before concluding the space is used up)."""
         s = self.settings
         self.discard([c for c in self.entries if c in avoid])
-        randoms = sorted((e.born, c) for c, e in self.entries.items() if e.origin is None)
+        randoms = sorted((e.born, c) for c, e in self.entries.items() if e.origin is None and not e.mutant)
         if batch > 0 and s.refresh_random:
             self.discard(c for _, c in randoms[: s.refresh_random])
             randoms = randoms[s.refresh_random :]
@@ -162,6 +178,25 @@ class CandidatePool:
         excess = sum(1 for e in self.entries.values() if e.origin is not None) - s.pool_local
         if excess > 0:
             self.discard(c for _, c in local[:excess])
+
+    def add_mutants(self, parents: Sequence[Config], n: int, batch: int, avoid: Container[Config]) -> list[_Entry]:
+        """Up to n new mutants, each of a uniformly drawn parent in 1..max_changes knobs."""
+        if not parents:
+            return []
+        added: list[_Entry] = []
+        for _ in range(n):
+            parent = parents[int(self.rng.integers(len(parents)))]
+            changes = int(self.rng.integers(1, self.settings.max_changes + 1))
+            cand = self.space.neighbour(parent, self.rng, changes=changes)
+            if cand is None or cand.config in self.entries or cand.config in avoid:
+                continue
+            added.append(self._add(cand, None, batch, mutant=True))
+        return added
+
+    def keep_best_mutants(self, keep: int) -> None:
+        """Evict all but the `keep` best-scored mutants (every mutant must have a score)."""
+        mutants = sorted(((e.raw, c) for c, e in self.entries.items() if e.mutant), key=lambda rc: -float(rc[0]))
+        self.discard(c for _, c in mutants[keep:])
 
     def _add_neighbours(self, incumbent: Config, n: int, batch: int, avoid: Container[Config]) -> int:
         """Up to n new one-knob neighbours of an incumbent; returns how many were added."""
@@ -273,6 +308,22 @@ class _BatchBOLogic(SearchLogic):
                 e.raw = float(r)
         return np.array([e.raw for e in entries], dtype=np.float64)
 
+    def _evolve(self, avoid: Container[Config]) -> None:
+        """Mutation chains scored by the cost model: each generation mutates the best-scored
+        pool entries and the incumbents; the best-scored mutants stay in the pool."""
+        assert self.pool is not None
+        s = self.settings
+        for _ in range(s.evolve_generations):
+            entries = list(self.pool.entries.values())
+            raw = self._pool_raw(entries)
+            parents = [entries[i].cand.config for i in np.argsort(-raw, kind="stable")[: s.evolve_parents]]
+            t0 = time.perf_counter()
+            mutants = self.pool.add_mutants(parents + self._incumbents(), s.evolve_children, self.stats.batches, avoid)
+            self.stats.pool_s += time.perf_counter() - t0
+            self.stats.mutants += len(mutants)
+            self._pool_raw(mutants)
+            self.pool.keep_best_mutants(s.evolve_keep)
+
     def _incumbents(self) -> list[Config]:
         ranked = sorted(self.observations.items(), key=lambda kv: kv[1].latency_s)
         return [c for c, _ in ranked[: self.settings.incumbents]]
@@ -285,9 +336,11 @@ class _BatchBOLogic(SearchLogic):
         self.pool.update(self.stats.batches, self._incumbents(), avoid)
         if not self.pool.entries and self.pool.random_exhausted:  # look hard before giving up
             self.pool.update(self.stats.batches, self._incumbents(), avoid, thorough=True)
+        self.stats.pool_s += time.perf_counter() - t0
+        if self.settings.evolve_children and self.pool.entries:
+            self._evolve(avoid)
         self.stats.pool_added += len(set(self.pool.entries) - before)
         entries = list(self.pool.entries.values())
-        self.stats.pool_s += time.perf_counter() - t0
         if not entries:
             return []
         raw = self._pool_raw(entries)

@@ -541,8 +541,10 @@ class KnobSpace:
         insts = sch.trace.insts
         return int(sch.trace.decisions[insts[inst_index]])
 
-    def neighbour(self, config: Config, rng: np.random.Generator, max_attempts: int = 20) -> Candidate | None:
-        """A valid configuration that differs from `config` in one knob.
+    def neighbour(self, config: Config, rng: np.random.Generator, max_attempts: int = 20,
+                  changes: int = 1) -> Candidate | None:
+        """A valid configuration that differs from `config` in `changes` knobs (one by default;
+        all of them if the space has fewer): a move of a mutation chain in one build.
 
         Changing a tile can make a later compute location invalid; TVM then snaps it, so the
         result may also differ in such a conditional knob (its `config` says exactly how).
@@ -550,21 +552,34 @@ class KnobSpace:
         if not self.knobs:
             return None  # a design space without sampling decisions has no neighbours
         for _ in range(max_attempts):
-            position = int(rng.integers(len(self.knobs)))
-            knob = self.knobs[position]
-            current = config.decisions[position]
-            if knob.conditional:
-                options: Sequence[Decision] = [v for v in self.valid_values(config, position) if v != current]
-            else:
-                options = [c for c in knob.choices if c != current and self._keeps_limits(config, position, c)]
-            if not options:
-                continue
             decisions = list(config.decisions)
-            decisions[position] = options[int(rng.integers(len(options)))]
+            for position in self._positions(rng, changes):  # in trace order: a location sees the tiles before it
+                options = self._other_values(Config(config.space, tuple(decisions)), position)
+                if options:
+                    decisions[position] = options[int(rng.integers(len(options)))]
+            if tuple(decisions) == tuple(config.decisions):
+                continue
             cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
             if cand is not None and cand.config != config:
                 return cand
         return None
+
+    def _positions(self, rng: np.random.Generator, changes: int) -> list[int]:
+        """`changes` distinct knob positions drawn uniformly (at most every knob), sorted."""
+        chosen: list[int] = []
+        while len(chosen) < min(changes, len(self.knobs)):
+            position = int(rng.integers(len(self.knobs)))
+            if position not in chosen:
+                chosen.append(position)
+        return sorted(chosen)
+
+    def _other_values(self, config: Config, position: int) -> Sequence[Decision]:
+        """The values knob `position` could take instead of its current one, within the limits."""
+        knob = self.knobs[position]
+        current = config.decisions[position]
+        if knob.conditional:
+            return [v for v in self.valid_values(config, position) if v != current]
+        return [c for c in knob.choices if c != current and self._keeps_limits(config, position, c)]
 
     def _keeps_limits(self, config: Config, position: int, value: Decision) -> bool:
         if not self.limits:
@@ -664,8 +679,8 @@ class SearchSpace:
             found.append(cand)
         return found
 
-    def neighbour(self, config: Config, rng: np.random.Generator) -> Candidate | None:
-        return self._space(config).neighbour(config, rng)
+    def neighbour(self, config: Config, rng: np.random.Generator, changes: int = 1) -> Candidate | None:
+        return self._space(config).neighbour(config, rng, changes=changes)
 
     @property
     def embedding_dim(self) -> int:

@@ -2,6 +2,7 @@
 
 Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
 * `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search;
+* `metatune-evolve` — the same, BatchBO's pool widened by cost-model-guided mutation chains;
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -44,7 +45,14 @@ from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
 from metatune.zoo import ZooWarning, default_zoo_dir, resolve
 
-STRATEGIES = ("metatune", "gradient", "xgb", "xgb-transfer", "random")
+STRATEGIES = ("metatune", "metatune-evolve", "gradient", "xgb", "xgb-transfer", "random")
+CHECKPOINT_STRATEGIES = ("metatune", "metatune-evolve", "gradient")  # tune with a zoo cost-model checkpoint
+# BatchBO's settings (`BatchBOSettings` fields) of the strategies that search with it.
+BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
+    "metatune": {},
+    "metatune-evolve": {"evolve_children": 128, "evolve_generations": 2, "evolve_parents": 16, "evolve_keep": 256,
+                        "max_changes": 3},
+}
 
 
 @dataclass
@@ -252,7 +260,7 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     runner_obj, fingerprint = make_runner(runner, settings, target)
     tvm_target = fingerprint.tvm_target()
     setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
-    if strategy in ("metatune", "gradient"):
+    if strategy in CHECKPOINT_STRATEGIES:
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
     elif strategy == "xgb-transfer":
         setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
@@ -272,7 +280,7 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
         cost_model = MetaTuneCostModel(setup.trained)
         return cost_model, GradientSearch(cost_model, seed=seed)
 
-    return MetaTuneCostModel(setup.trained), BatchBO(seed=seed)
+    return MetaTuneCostModel(setup.trained), BatchBO(seed=seed, **BATCH_BO_SETTINGS[strategy])
 
 
 @exclusive_database

@@ -220,6 +220,27 @@ def test_proposing_a_batch_stays_under_the_time_bound(target):
     assert max(steady) / 16 < 0.4, s.batch_s  # measured ~0.05-0.15 s/trial on the loaded 2-core VM
 
 
+
+def test_mutation_chains_keep_the_best_scored_mutants(target):
+    """With `evolve_*`, each batch builds mutants of the best-scored entries; the pool keeps the
+    `evolve_keep` best-scored of them, and they never include a measured configuration."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            evolve_children=24, evolve_generations=2, evolve_keep=20)
+    _run_batch(ctx)
+    pool = strategy.pool
+    mutants = {c: e.raw for c, e in pool.entries.items() if e.mutant}
+    assert strategy.stats.mutants >= 24 and 5 < len(mutants) <= 20  # minus those the batch took
+    assert all(e.raw is not None for e in pool.entries.values())
+    pool.keep_best_mutants(5)
+    assert {c for c, e in pool.entries.items() if e.mutant} == set(sorted(mutants, key=lambda c: -mutants[c])[:5])
+    _run_batch(ctx)
+    kept = {c for c, e in pool.entries.items() if e.mutant}
+    assert 5 < len(kept) <= 20 and not kept & set(strategy.observations)
+    assert any(not e.mutant for e in pool.entries.values()) and strategy.stats.gp_batches == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Inside ms.tune_tir with real builds and runs
 

@@ -216,6 +216,22 @@ def test_neighbours_change_one_knob(device):
         assert sum(not k.conditional for k in changed) <= 1 and changed  # plus snapped locations
 
 
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mutants_change_up_to_the_asked_number_of_knobs(device):
+    """`changes=3` moves three knobs in one build where the space offers them (snapped locations aside)."""
+    rng = np.random.default_rng(1)
+    conv = space_on(device, "conv2d")
+    cand = conv.sample(rng)
+    knobs = conv[cand.config.space].knobs
+    counts = []
+    for _ in range(8):
+        nb = conv.neighbour(cand.config, rng, changes=3)
+        assert nb is not None and conv[nb.config.space].check(nb.config) is None
+        counts.append(sum(not k.conditional and a != b for k, a, b in zip(knobs, nb.config.decisions,
+                                                                          cand.config.decisions)))
+    assert max(counts) <= 3 and max(counts) >= 2, counts
+
 # dense 16x32x24: on CPUs 16 = 2^4 and 32 = 2^5 into 4 factors, the 8 divisors of 24, 4 unroll
 # steps; on CUDA 16 and 32 into 5 factors, 24 = 2^3 * 3 into 3, two cooperative-fetch widths of
 # 4 and 8 unroll steps (thread-limit breakers are counted too: `size` is an upper bound there)
