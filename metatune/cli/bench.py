@@ -35,7 +35,8 @@ def bench_console(out: Path, title: str, total: int) -> Iterator[Any]:
 def bench(
     suite: str = typer.Option("quick", help="Workload suite: resnet18 (C1..C12 + dense 1024), quick, a shipped "
                                             "suite file's name (other-networks: VGG-16, Inception-v3, "
-                                            "MobileNet-v2 and GPT-2 layers), or a YAML/JSON file listing "
+                                            "MobileNet-v2 and GPT-2 layers; search-validation: where search designs are "
+                                            "chosen), or a YAML/JSON file listing "
                                             "workload texts or {name, workload} items."),
     model: Optional[str] = typer.Option(None, help="Instead of a suite: tune every task of this model (a tune --model "
                                                    "SPEC: resnet18, PATH.onnx, FILE.py:CALLABLE, torchvision:NAME) per "

@@ -144,7 +144,11 @@ def test_shipped_suites_are_real_layers_the_dataset_has_not_seen():
     suite = load_suite("other-networks")
     assert len(suite) == 13 and len({b.workload for b in suite}) == 13
     assert not seen & {b.workload for b in suite}
-    assert "other-networks" in suite_names()
+    validation = load_suite("search-validation")  # where search designs are chosen: disjoint from all of them
+    assert len(validation) == 8 and len({b.workload.family for b in validation}) == 7
+    assert not (seen | {b.workload for b in suite} | {b.workload for b in load_suite("resnet18")}) & {
+        b.workload for b in validation}
+    assert {"other-networks", "search-validation"} <= set(suite_names())
 
 
 @pytest.mark.parametrize("content, fragment", [
