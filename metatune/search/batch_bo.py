@@ -21,6 +21,9 @@ Each batch:
    one it had when it was proposed, so `w` measures out-of-sample trust in the cost model.
 4. Acquisition (`bo.greedy_batch`): analytic LogEI (or UCB) over the pool, q greedy picks
    with Kriging-believer fantasies.
+Optionally (`task_model`), a second score column comes from TVM's XGBModel trained on this
+task's own measurements (`task_model.TaskModel`): the GP's mean becomes `c + w1 * meta score +
+w2 * task score`, so the task's data takes over from the prior as far as it predicts better.
 Before `min_observations` successful measurements exist (first batch of a fresh workload),
 and as a logged fallback when the GP cannot be fitted, the cost model's top-q picks decide,
 spread over the design spaces.
@@ -38,12 +41,14 @@ import numpy as np
 
 from metatune.search import bo
 from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
+from metatune.search.task_model import TaskModel
 from metatune.space.knob_space import Candidate, Config, SearchSpace
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate
     from tvm.s_tir.meta_schedule.cost_model import CostModel
     from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,7 @@ class BatchBOSettings:
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
     evolve_keep: int = 256  # mutants kept in the pool, best-scored first
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
+    task_model: bool = False  # a second prior: XGBModel on this task's own measurements
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
 
@@ -96,7 +102,9 @@ class BatchBOStats(SearchStats):
     predictions: int = 0  # configurations scored by the cost model
     pool_added: int = 0  # configurations built for the pool (random + neighbours + mutants)
     mutants: int = 0  # of which mutants of the mutation chains
+    task_s: float = 0.0  # task model: training and scoring
     prior_weight: float | None = field(default=None, metadata=LAST)  # last fitted w: trust in the cost model
+    task_weight: float | None = field(default=None, metadata=LAST)  # last fitted w of the task model's score
 
 
 @dataclass
@@ -222,6 +230,7 @@ class _Observation:
     latency_s: float  # median run time
     embedding: np.ndarray
     score: float | None  # cost-model normal score when proposed (None: not yet known)
+    task_score: float = 0.0  # the task model's normal score when proposed (0: no model yet, or a record)
     raw: float | None = None  # cost-model output, for database records until they get a score
 
 
@@ -241,11 +250,14 @@ class _BatchBOLogic(SearchLogic):
         self.cost_model: "CostModel | None" = None
         self._gp_state: dict[str, Any] | None = None
         self._unscored: list[tuple[Config, "TuningRecord"]] = []  # database records the cost model has not scored
+        self.task_model: TaskModel | None = None
 
     def _prepare(self, cost_model: Any) -> None:
         assert self.space is not None
         self.cost_model = cost_model
         self.pool = CandidatePool(self.space, self.args_info, self.settings, self.rng)
+        if self.settings.task_model:
+            self.task_model = TaskModel()
 
     def post_tuning(self) -> None:
         s = self.stats
@@ -254,12 +266,23 @@ class _BatchBOLogic(SearchLogic):
             "acquire %.1f), %d fallbacks", s.task, s.batches, s.proposed, s.search_s, s.per_trial_s, s.pool_s,
             s.prior_s, s.fit_s, s.acquire_s, s.fallbacks,
         )
-        self.pool = None  # schedules are big; the stats stay
+        self.pool = self.task_model = None  # schedules and features are big; the stats stay
 
     def _observe(self, config: Config, latency_s: float, proposal: tuple | None) -> None:
         assert self.space is not None
-        embedding, score = (proposal[2], proposal[3]) if proposal is not None else (self.space.embed(config), None)
-        self.observations[config] = _Observation(latency_s, embedding, score)
+        if proposal is None:
+            self.observations[config] = _Observation(latency_s, self.space.embed(config), None)
+        else:
+            self.observations[config] = _Observation(latency_s, proposal[2], proposal[3], task_score=proposal[4])
+
+    def notify_runner_results(self, measure_candidates: list["MeasureCandidate"],
+                              results: list["RunnerResult"]) -> None:
+        super().notify_runner_results(measure_candidates, results)
+        if self.task_model is not None:
+            assert self.context is not None
+            t0 = time.perf_counter()
+            self.task_model.update(self.context, measure_candidates, results)
+            self.stats.task_s += time.perf_counter() - t0
 
     def _observe_record(self, config: Config, latency_s: float, record: "TuningRecord") -> None:
         """Database records seed the GP; the cost model scores them together once all are read."""
@@ -268,9 +291,17 @@ class _BatchBOLogic(SearchLogic):
 
     def _resumed(self) -> None:
         if self._unscored:
-            raw = self._predict([rec.as_measure_candidate() for _, rec in self._unscored])
+            candidates = [rec.as_measure_candidate() for _, rec in self._unscored]
+            raw = self._predict(candidates)
             for (config, _), r in zip(self._unscored, raw):
                 self.observations[config].raw = float(r)
+            if self.task_model is not None:
+                from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+                assert self.context is not None
+                results = [RunnerResult(run_secs=[float(t) for t in rec.run_secs], error_msg=None)
+                           for _, rec in self._unscored]
+                self.task_model.update(self.context, candidates, results)
             self._unscored = []
 
     def _fresh(self) -> Any:
@@ -348,10 +379,11 @@ class _BatchBOLogic(SearchLogic):
         for obs in self.observations.values():  # database records: score against this pool, once
             if obs.score is None and obs.raw is not None:
                 obs.score = float(bo.normal_scores(np.array([obs.raw]), raw)[0])
+        scores = np.column_stack([z, self._task_scores(entries)]) if self.task_model is not None else z
         picks: list[int] | None = None
         if len(self.observations) >= self.settings.min_observations:
             try:
-                picks = self._bo_picks(entries, z, q)
+                picks = self._bo_picks(entries, scores, q)
             except Exception as err:  # noqa: BLE001 - degenerate data must not end the run; logged
                 self.stats.fallbacks += 1
                 self._gp_state = None  # do not warm-start the next fit from whatever led here
@@ -361,9 +393,19 @@ class _BatchBOLogic(SearchLogic):
             self.stats.prior_batches += 1
             ties = 1e-9 * self.rng.random(len(entries))  # a flat prior picks at random, not in pool order
             picks = bo.diverse_top(z + ties, [e.cand.space_index for e in entries], q, self.settings.per_space)
-        chosen = [(entries[i].measure, entries[i].cand.config, entries[i].embedding, float(z[i])) for i in picks]
-        self.pool.discard(c for _, c, _, _ in chosen)
+        task = scores[:, 1] if scores.ndim == 2 else np.zeros(len(entries))
+        chosen = [(entries[i].measure, entries[i].cand.config, entries[i].embedding, float(z[i]), float(task[i]))
+                  for i in picks]
+        self.pool.discard(c[1] for c in chosen)
         return chosen  # type: ignore[return-value]
+
+    def _task_scores(self, entries: list[_Entry]) -> np.ndarray:
+        """The task model's normal scores over the pool (zeros until it is trained)."""
+        assert self.task_model is not None and self.context is not None
+        t0 = time.perf_counter()
+        raw = self.task_model.predict(self.context, [e.measure for e in entries])
+        self.stats.task_s += time.perf_counter() - t0
+        return bo.normal_scores(raw)
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Embeddings, cost-model scores and log-throughputs of successful measurements (capped)."""
@@ -375,10 +417,13 @@ class _BatchBOLogic(SearchLogic):
             items = items[: cap // 2] + [rest[i] for i in sorted(keep)]
         x = np.stack([o.embedding for o in items])
         score = np.array([o.score if o.score is not None else 0.0 for o in items])
+        if self.task_model is not None:
+            score = np.column_stack([score, [o.task_score for o in items]])
         y = -np.log(np.array([o.latency_s for o in items]))
         return x, score, y
 
     def _bo_picks(self, entries: list[_Entry], z: np.ndarray, q: int) -> list[int]:
+        """`z`: the pool's normal scores, (N,) or (N, 2) with the task model's."""
         t0 = time.perf_counter()
         x_obs, score_obs, y = self._training_set()
         x_obs, x_pool = bo.unit_cube(x_obs, np.stack([e.embedding for e in entries]))
@@ -394,6 +439,8 @@ class _BatchBOLogic(SearchLogic):
         self.stats.acquire_s += time.perf_counter() - t1
         self.stats.gp_batches += 1
         self.stats.prior_weight = round(surrogate.prior_weight, 4)
+        if len(surrogate.weights) > 1:
+            self.stats.task_weight = round(surrogate.weights[1], 4)
         return picks
 
 

@@ -5,8 +5,9 @@ model. The cost model's score rides along as the last input column and the mean 
 `c + w * score` (w >= 0, fitted with the kernel by marginal likelihood); the kernel only
 sees the knob columns. So the GP models the residual between measured log-throughput and
 the cost model, and `w` says how much this workload's measurements trust the cost model
-(w ~ 0 for an uninformative model). Keeping the score an input means BoTorch's posterior,
-acquisition functions and conditioning all work unchanged.
+(w ~ 0 for an uninformative model). Several scores (the meta-learned model's and a model of
+the task's own measurements) are several such columns, `c + sum_j w_j * score_j`. Keeping the
+scores inputs means BoTorch's posterior, acquisition functions and conditioning all work unchanged.
 
 Acquisition: greedy batch selection over a finite pool with the Kriging believer.
 Conditioning a GP on its own posterior mean leaves the mean unchanged and shrinks the
@@ -37,13 +38,14 @@ def _prior_mean_class() -> type:
     from gpytorch.means import Mean
 
     class CostModelMean(Mean):
-        """`c + w * x[..., column]`: the cost model's score as the GP's prior mean."""
+        """`c + sum_j w_j * x[..., columns[j]]`: cost-model scores as the GP's prior mean."""
 
-        def __init__(self, column: int = -1) -> None:
+        def __init__(self, columns: Sequence[int] = (-1,)) -> None:
             super().__init__()
-            self.column = column
+            self.columns = list(columns)
             self.register_parameter("constant", torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)))
-            self.register_parameter("raw_weight", torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)))
+            self.register_parameter("raw_weight",
+                                    torch.nn.Parameter(torch.zeros(len(self.columns), dtype=torch.float64)))
             self.register_constraint("raw_weight", Positive())
 
         @property
@@ -51,7 +53,7 @@ def _prior_mean_class() -> type:
             return self.raw_weight_constraint.transform(self.raw_weight)
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-            return self.constant + self.weight * x[..., self.column]
+            return self.constant + (x[..., self.columns] * self.weight).sum(-1)
 
     return CostModelMean
 
@@ -59,11 +61,11 @@ def _prior_mean_class() -> type:
 _MEAN_CLASS: type | None = None
 
 
-def cost_model_mean(column: int = -1) -> "torch.nn.Module":
+def cost_model_mean(columns: Sequence[int] = (-1,)) -> "torch.nn.Module":
     global _MEAN_CLASS
     if _MEAN_CLASS is None:
         _MEAN_CLASS = _prior_mean_class()
-    return _MEAN_CLASS(column)
+    return _MEAN_CLASS(columns)
 
 
 def normal_scores(values: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
@@ -95,8 +97,15 @@ def _finite(values: np.ndarray) -> np.ndarray:
 
 
 def score_column(z: np.ndarray) -> np.ndarray:
-    """Normal scores (|z| < ~3.5 for pools up to 10^4) into [0, 1]: BoTorch wants unit-cube inputs."""
+    """Normal scores (|z| < ~3.5 for pools up to 10^4) into [0, 1]: BoTorch wants unit-cube inputs.
+    One score per point (n,) or several (n, m)."""
     return np.clip(0.5 + np.asarray(z, dtype=np.float64) / 8.0, 0.0, 1.0)
+
+
+def _score_matrix(score: np.ndarray, n: int) -> np.ndarray:
+    """Scores as an (n, m) matrix: one column per cost model."""
+    score = np.asarray(score, dtype=np.float64)
+    return score.reshape(n, -1) if score.ndim < 2 else score
 
 
 def unit_cube(*blocks: np.ndarray) -> list[np.ndarray]:
@@ -116,7 +125,8 @@ class FittedSurrogate:
     y_std: float
     best_f: float  # max posterior mean over the observations (plug-in incumbent)
     noise: float  # likelihood noise variance
-    prior_weight: float  # w of the cost-model mean: how much the measurements trust the cost model
+    prior_weight: float  # w of the first score: how much the measurements trust the (meta-learned) cost model
+    weights: tuple[float, ...]  # w of every score column
     state: dict[str, Any]  # hyperparameters, to warm-start the next fit
 
 
@@ -137,8 +147,8 @@ def fit_surrogate(
     maxiter: int = 75,
     timeout_s: float = 2.0,
 ) -> FittedSurrogate:
-    """Fit the residual GP: knob embedding `x` (n, d) in [0, 1], cost-model column `score`
-    (n,) in [0, 1], measured log-throughput `y` (n,). Raises on a failed fit.
+    """Fit the residual GP: knob embedding `x` (n, d) in [0, 1], cost-model scores `score`
+    (n,) or (n, m) in [0, 1], measured log-throughput `y` (n,). Raises on a failed fit.
 
     `init` (a previous fit's `state`) warm-starts the hyperparameters; with it, a capped
     L-BFGS run (`maxiter`) suffices: unbounded fits took 300-450 evaluations, 1-3 s, on the VM.
@@ -155,11 +165,13 @@ def fit_surrogate(
     y_mean, y_std = float(y.mean()), float(y.std())
     y_std = y_std if y_std > 1e-12 else 1.0
     d = x.shape[1]
+    score = _score_matrix(score, len(y))
     train_x = torch.as_tensor(np.column_stack([x, score]), dtype=torch.float64)
     train_y = torch.as_tensor((y - y_mean) / y_std, dtype=torch.float64).unsqueeze(-1)
     covar = get_covar_module_with_dim_scaled_prior(ard_num_dims=max(d, 1), active_dims=list(range(max(d, 1))))
     model = SingleTaskGP(
-        train_x, train_y, covar_module=covar, mean_module=cost_model_mean(column=d), outcome_transform=None
+        train_x, train_y, covar_module=covar, mean_module=cost_model_mean(range(d, d + score.shape[1])),
+        outcome_transform=None,
     )
     if init:
         own = model.state_dict()
@@ -172,22 +184,25 @@ def fit_surrogate(
     model.eval()
     with torch.no_grad():
         fitted_mean = model.posterior(train_x).mean.squeeze(-1)
+    weights = tuple(float(w) for w in model.mean_module.weight.detach().reshape(-1))
     return FittedSurrogate(
         model=model,
         y_mean=y_mean,
         y_std=y_std,
         best_f=float(fitted_mean.max()),
         noise=float(model.likelihood.noise.detach().reshape(-1)[0]),
-        prior_weight=float(model.mean_module.weight.detach().reshape(-1)[0]),
+        prior_weight=weights[0],
+        weights=weights,
         state={k: v.detach().clone() for k, v in model.state_dict().items()},
     )
 
 
 def pool_posterior(surrogate: FittedSurrogate, x: np.ndarray, score: np.ndarray) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Joint posterior (mean (N,), covariance (N, N)) of the latent objective over a pool."""
+    """Joint posterior (mean (N,), covariance (N, N)) of the latent objective over a pool
+    (`score`: (N,) or (N, m), the columns the surrogate was fitted with)."""
     import torch
 
-    xp = torch.as_tensor(np.column_stack([x, score]), dtype=torch.float64)
+    xp = torch.as_tensor(np.column_stack([x, _score_matrix(score, len(x))]), dtype=torch.float64)
     with torch.no_grad():
         post = surrogate.model.posterior(xp)
         return post.mean.squeeze(-1), post.mvn.covariance_matrix

@@ -2,7 +2,8 @@
 
 Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
 * `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search;
-* `metatune-evolve` — the same, BatchBO's pool widened by cost-model-guided mutation chains;
+* `metatune-evolve`, `metatune-task`, `metatune-evolve-task` — the same, BatchBO's pool widened by
+  cost-model-guided mutation chains, a second prior learnt from the task's own measurements, or both;
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -45,14 +46,19 @@ from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
 from metatune.zoo import ZooWarning, default_zoo_dir, resolve
 
-STRATEGIES = ("metatune", "metatune-evolve", "gradient", "xgb", "xgb-transfer", "random")
-CHECKPOINT_STRATEGIES = ("metatune", "metatune-evolve", "gradient")  # tune with a zoo cost-model checkpoint
-# BatchBO's settings (`BatchBOSettings` fields) of the strategies that search with it.
+# BatchBO's settings (`BatchBOSettings` fields) of the strategies that search with it: `metatune` and
+# the variants under evaluation (mutation chains in the pool; a second prior learnt from the task's own
+# measurements; both).
+_EVOLVE = {"evolve_children": 128, "evolve_generations": 2, "evolve_parents": 16, "evolve_keep": 256, "max_changes": 3}
+_TASK = {"task_model": True}
 BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune": {},
-    "metatune-evolve": {"evolve_children": 128, "evolve_generations": 2, "evolve_parents": 16, "evolve_keep": 256,
-                        "max_changes": 3},
+    "metatune-evolve": _EVOLVE,
+    "metatune-task": _TASK,
+    "metatune-evolve-task": {**_EVOLVE, **_TASK},
 }
+CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
+STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")
 
 
 @dataclass

@@ -188,9 +188,12 @@ def test_a_strategy_can_name_its_checkpoint(tmp_path):
         assert {r["strategy"] for r in csv.DictReader(f)} == {"random", named}
 
 
+TAKES_A_CHECKPOINT = "only metatune, metatune-evolve, metatune-task, metatune-evolve-task, gradient take a checkpoint"
+
+
 @pytest.mark.parametrize("strategies, fragment", [
-    (["xgb@x86_64-sapphirerapids-2c/v5"], "only metatune, metatune-evolve, gradient take a checkpoint"),
-    (["metatune@"], "only metatune, metatune-evolve, gradient take a checkpoint"),
+    (["xgb@x86_64-sapphirerapids-2c/v5"], TAKES_A_CHECKPOINT),
+    (["metatune@"], TAKES_A_CHECKPOINT),
     (["metatune", "metatune"], "names a strategy twice"),
 ])
 def test_bad_checkpoint_strategies_are_rejected(strategies, fragment):
@@ -229,8 +232,7 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"),
-     "only metatune, metatune-evolve, gradient take a checkpoint"),
+    (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"), TAKES_A_CHECKPOINT),
     (("--strategies", "random", "--trials-total", "4", "--replay-at", "8"), "--replay-at 8: each must be between 1"),
 ])
 def test_model_bench_rejects_a_bad_request_before_writing_anything(tmp_path, args, message):

@@ -84,6 +84,20 @@ def test_prior_weight_tracks_an_informative_cost_model():
     assert informative.prior_weight > 0.5 > 0.05 > useless.prior_weight
 
 
+def test_two_score_columns_get_a_weight_each():
+    """The meta-model's and the task model's scores side by side: the informative one carries the mean."""
+    rng = np.random.default_rng(1)
+    x = rng.random((24, 2))
+    y = -4.0 * ((x[:, 0] - 0.7) ** 2 + (x[:, 1] - 0.3) ** 2) + 0.3 * np.sin(9 * x[:, 0])
+    good, noise = bo.score_column(bo.normal_scores(y)), rng.random(24)
+    task_knows = bo.fit_surrogate(x, np.column_stack([noise, good]), y)
+    meta_knows = bo.fit_surrogate(x, np.column_stack([good, noise]), y)
+    assert len(task_knows.weights) == 2 and task_knows.weights[1] > 0.3 > 0.05 > task_knows.weights[0]
+    assert meta_knows.weights[0] > 0.3 > 0.05 > meta_knows.weights[1]
+    assert meta_knows.prior_weight == meta_knows.weights[0]
+    mean, cov = bo.pool_posterior(task_knows, x[:5], np.column_stack([noise, good])[:5])
+    assert mean.shape == (5,) and cov.shape == (5, 5)
+
 def test_diverse_top_spreads_over_groups_and_fills_up():
     scores = np.array([9, 8, 7, 6, 5, 4, 3.0])
     assert bo.diverse_top(scores, [0, 0, 0, 0, 1, 1, 2], 4) == [0, 1, 4, 5]  # quota ceil(4/3) = 2
@@ -159,8 +173,10 @@ def test_tiny_space_is_exhausted_without_repeats_and_failures_stay_out(target):
     assert s.gp_batches >= 3 and s.fallbacks == 0
 
 
-def test_resume_from_database_proposes_only_unmeasured_configurations(target):
-    """40 of the 48 configurations are in the database (some as failures): exactly the other 8 follow."""
+@pytest.mark.parametrize("task_model", [False, True])
+def test_resume_from_database_proposes_only_unmeasured_configurations(target, task_model):
+    """40 of the 48 configurations are in the database (some as failures): exactly the other 8 follow
+    (and a task model learns the 32 successful records before the first proposal)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
@@ -174,12 +190,13 @@ def test_resume_from_database_proposes_only_unmeasured_configurations(target):
 
     from metatune.search.batch_bo import BatchBO
 
-    strategy = BatchBO(seed=1)
+    strategy = BatchBO(seed=1, task_model=task_model)
     ctx2 = ms.TuneContext(mod=ctx.mod, target=target, space_generator="post-order-apply",
                           search_strategy=strategy, task_name="main")
     ctx2.pre_tuning(max_trials=64, num_trials_per_iter=16, design_spaces=ctx2.generate_design_space(),
                     database=database, cost_model=ms.cost_model.RandomModel(seed=0))
     assert strategy.stats.resumed == 40 and len(strategy.failures) == 8 and len(strategy.observations) == 32
+    assert (strategy.task_model.samples == 32) if task_model else strategy.task_model is None
     before = {str(m.sch.trace) for m in recorded}
     proposed = []
     while (mcs := _run_batch(ctx2)) is not None:
@@ -240,6 +257,25 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     assert 5 < len(kept) <= 20 and not kept & set(strategy.observations)
     assert any(not e.mutant for e in pool.entries.values()) and strategy.stats.gp_batches == 1
 
+
+
+def test_task_model_learns_the_task_and_its_score_joins_the_gp(target):
+    """`task_model`: XGBModel on the task's own (synthetic) measurements; once trained, its scores
+    of the pool reach the proposals and the GP fits a weight for them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=48,
+                            task_model=True)
+    for _ in range(4):
+        _run_batch(ctx)
+    model = strategy.task_model
+    assert model.ready and model.samples == 32
+    later = [o.task_score for o in strategy.observations.values()][-8:]
+    assert any(t != 0.0 for t in later)  # the last batch was proposed with the trained model's scores
+    s = strategy.stats
+    assert s.task_weight is not None and s.task_s > 0 and s.gp_batches == 3
+    pooled = {e.measure.__chandle__() for e in strategy.pool.entries.values()}
+    assert len(set(model.features.known) - pooled) <= 8  # features kept: the pool's and the last batch's
 
 # ---------------------------------------------------------------------------------------------
 # Inside ms.tune_tir with real builds and runs
