@@ -82,6 +82,9 @@ class TuneResult:
     # The trials the times above cover: those this invocation measured. A resumed run's earlier
     # trials are in `trials` and `curve`, but their times were spent (and reported) before.
     timed_trials: int = 0
+    # metatune's own search strategies: their counters for this invocation (batches, pool sizes,
+    # seconds per phase, the GP's last weights for its priors); None for TVM's strategies.
+    search_stats: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -342,6 +345,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         timed_trials=len(latencies) - done,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
+    if remaining > 0 and not isinstance(search, str):
+        result.search_stats = search.total_stats().to_json()
     if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own
         result.encode_s = round(getattr(cost_model, "encode_seconds", 0.0), 2)
     if result.best_latency_us is not None:

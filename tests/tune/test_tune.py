@@ -49,6 +49,8 @@ def test_metatune_resumes_to_the_requested_total_without_remeasuring(tmp_path):
     assert result["trials"] == 24 and len(result["curve"]) == 24 and result["verified"]
     assert result["curve"] == sorted(result["curve"]), "best-so-far must not decrease"
     assert result["checkpoint"].startswith("x86_64-")
+    stats = result["search_stats"]  # this invocation's BatchBO counters: one batch of 8
+    assert stats["batches"] == 1 and stats["proposed"] == 8 and stats["resumed"] == 16
 
 
 @pytest.mark.parametrize("strategy", ["xgb", "random"])
