@@ -178,7 +178,31 @@ def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: l
         ratios = [geomean([a / x for a, x in ((best(runs, n, s, b), best(runs, n, BASELINE, last)) for n in names)
                            if a and x]) for b in budgets]
         lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios]]) + " |")
-    return "\n".join(lines)
+    gp = gp_summary(runs, strategies)
+    return "\n".join(lines + (["", gp] if gp else []))
+
+
+def gp_summary(runs: list[Run], strategies: list[str]) -> str:
+    """How BatchBO's GP weighed its priors when each run ended, and what its pool held (medians over
+    runs that recorded `search_stats`; "" when none did)."""
+    fields = ("prior_weight", "task_weight")
+    rows = []
+    for s in strategies:
+        stats = [r.data["search_stats"] for r in runs if r.strategy == s and r.data.get("search_stats")
+                 and "prior_weight" in r.data["search_stats"]]
+        if not stats:
+            continue
+        weights = [_median([st[f] for st in stats if st.get(f) is not None]) for f in fields]
+        per_batch = [_median([st[k] / st["batches"] for st in stats if st.get("batches")]) for k in ("pool_added",
+                                                                                                   "mutants")]
+        rows.append("| " + " | ".join([s, *[_fmt(w, 3) for w in weights], *[_fmt(v, 0) for v in per_batch]]) + " |")
+    if not rows:
+        return ""
+    return "\n".join(["BatchBO when each run ended (median over runs): the GP mean's weight on the meta-learned "
+                      "model's score and on the task model's (`—`: none), and configurations added to the pool "
+                      "per batch, of them mutants.", "",
+                      "| strategy | meta-model weight | task-model weight | pool added / batch | mutants / batch |",
+                      "|---|---|---|---|---|", *rows])
 
 
 def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None:

@@ -265,6 +265,17 @@ def bench_run(name: str, strategy: str, gflops: float) -> Run:
                 "trials": 1, "search_s": 1.0, "measure_s": 1.0, "encode_s": 0.0, "update_s": 0.0})
 
 
+def test_summary_tells_how_batch_bo_weighed_its_priors():
+    """Runs that recorded BatchBO's counters get a table of the GP's last weights (medians over runs)."""
+    runs = [bench_run("a", "xgb", 100.0), bench_run("b", "xgb", 100.0)]
+    for name, w, t in (("a", 0.2, 0.6), ("b", 0.4, None)):
+        run = bench_run(name, "metatune-task", 150.0)
+        run.data["search_stats"] = {"prior_weight": w, "task_weight": t, "batches": 4, "pool_added": 800, "mutants": 0}
+        runs.append(run)
+    table = markdown(runs, [1], {})
+    assert "| metatune-task | 0.300 | 0.600 | 200 | 0 |" in table
+    assert "| xgb | " not in table.split("BatchBO when each run ended")[1]
+
 def test_tables_give_no_ratio_against_an_unstable_reference(tmp_path):
     references = {"fp32_peak_gflops": 400.0, "fp32_peak": {"unstable": False},
                   "torch": {"a": {"gflops": 200.0, "unstable": True}, "b": {"gflops": 200.0, "unstable": False}}}
