@@ -295,6 +295,7 @@ def test_resolve_other_device_warns_naming_both(tmp_path):
     assert "x86_64-sapphirerapids-2c" in message and "x86_64-skylake-avx512-2c" in message
     assert not res.exact and res.entry.device_id == "x86_64-skylake-avx512-2c"  # nearest ISA class
     assert res.warning == message and "make train-zoo" in message
+    assert "metatune zoo adapt --from x86_64-skylake-avx512-2c/v1" in message  # the quick route, runnable as printed
     # a full fingerprint ranks by flag overlap too; a haswell box gets the haswell model exactly
     fp = DeviceFingerprint.from_json({**HASWELL, "num_cores": 4})
     assert zoo.resolve(fp, root).exact
