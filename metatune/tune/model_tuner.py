@@ -37,6 +37,7 @@ from metatune.tune.tuner import (
     measured_latencies,
     prepare,
     progress_callback,
+    resumed_seed,
     search_seconds,
     strategy_parts,
     tuning_loop,
@@ -215,12 +216,13 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     tvm_target = setup.target
     tasks = extract_tasks(imported.mod, tvm_target)
     uncovered = task_coverage(tasks, tvm_target)
-    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
-    notes = setup.notes + imported.model.notes + notes
     db_dir.mkdir(parents=True, exist_ok=True)
     measured = [measured_latencies(db_dir, t.dispatched[0]) for t in tasks]
     done = sum(len(m) for m in measured)
     remaining = trials - done
+    seed = resumed_seed(seed, done)
+    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
+    notes = setup.notes + imported.model.notes + notes
     profile: dict[str, float] = {}
     tune_start = time.perf_counter()
     if remaining > 0:

@@ -90,25 +90,32 @@ class TuneResult:
         return asdict(self)
 
 
-def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
-    """Median latency of every trial of `mod` in the database, in measurement order
-    (None for a failed trial). JSONDatabase appends lines, so file order is trial order."""
+def trial_lines(db_dir: Path, mod: Any) -> list[tuple[Any, Any]]:
+    """(workload JSON, tuning-record JSON) of every trial of `mod` in the database, in measurement
+    order: JSONDatabase appends lines, so file order is trial order (its own getters sort by latency)."""
     from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
 
     wl_path, rec_path = db_dir / WORKLOAD_FILE, db_dir / RECORD_FILE
     if not wl_path.exists() or not rec_path.exists():
         return []
     target_hash = str(TVMWorkload(mod).as_json()[0])
-    indices = [i for i, line in enumerate(wl_path.read_text().splitlines()) if line.strip()
-               and json.loads(line)[0] == target_hash]
-    out: list[float | None] = []
+    workloads = {i: json.loads(line) for i, line in enumerate(wl_path.read_text().splitlines()) if line.strip()}
+    out = []
     for line in rec_path.read_text().splitlines():
-        if not line.strip():
-            continue
-        index, record = json.loads(line)
-        if index in indices:
-            secs = successful_run_seconds(record[1])
-            out.append(median_latency(secs, high=True) if secs else None)
+        if line.strip():
+            index, record = json.loads(line)
+            if index in workloads and workloads[index][0] == target_hash:
+                out.append((workloads[index], record))
+    return out
+
+
+def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
+    """Median latency of every trial of `mod` in the database, in measurement order
+    (None for a failed trial)."""
+    out: list[float | None] = []
+    for _, record in trial_lines(db_dir, mod):
+        secs = successful_run_seconds(record[1])
+        out.append(median_latency(secs, high=True) if secs else None)
     return out
 
 
@@ -276,6 +283,14 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     return setup
 
 
+def resumed_seed(seed: int, done: int) -> int:
+    """The seed of a run that continues from `done` trials already in its database: `seed` for a
+    fresh run, another one per resume point. Samplers seeded from it draw anew instead of repeating
+    the first run's draws: TVM's ReplayTrace (`random`) does not look at the database, so with the
+    same seed a resumed run would measure the same configurations again."""
+    return seed if done == 0 else (seed * 1_000_003 + done) % (2**31 - 1)
+
+
 def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, Any]:
     """Cost model and search strategy of a strategy (TVM's names for its built-in ones)."""
     if strategy == "xgb":
@@ -310,6 +325,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     done = len(measured)
     remaining = trials - done
     start = time.perf_counter()
+    seed = resumed_seed(seed, done)
     cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
     if remaining > 0:

@@ -72,6 +72,13 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
         assert sum(len(group.costs) for group in model.data.values()) == 8
     else:
         assert model == "random"
+    # resumed, it measures configurations it has not measured (ReplayTrace, reseeded, draws anew)
+    first = set(trial_keys(tmp_path / "db"))
+    resumed = tune("--workload", SMALL, "--trials", "16", "--trials-per-iter", "8", "--strategy", strategy,
+                   "--db", str(tmp_path / "db"))
+    assert resumed.returncode == 0, resumed.stderr
+    keys = trial_keys(tmp_path / "db")
+    assert len(keys) == 16 and len(set(keys) - first) >= 6, "the resumed run measured the first run's trials again"
 
 
 def test_missing_zoo_suggests_train_zoo(tmp_path):
