@@ -17,6 +17,7 @@ from typing import Any
 
 from metatune.bench.harness import REFERENCES_FILE
 from metatune.bench.references import peak_unstable
+from metatune.bench.retime import RETIMED_FILE, retimed_markdown
 from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
 from metatune.workload.operators import Workload
 
@@ -72,7 +73,8 @@ def workload_order(runs: list[Run]) -> list[str]:
 
 
 def strategy_order(runs: list[Run]) -> list[str]:
-    preferred = ["metatune", "metatune-evolve", "gradient", "xgb-transfer", "xgb", "random"]
+    preferred = ["metatune", "metatune-evolve", "metatune-task", "metatune-evolve-task", "gradient", "xgb-transfer", "xgb",
+                 "random"]
     present = {r.strategy for r in runs}
     return [s for s in preferred if s in present] + sorted(present - set(preferred))
 
@@ -240,13 +242,17 @@ def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None
 
 
 def write_report(out: Path, budgets: list[int]) -> str:
-    """results.csv, table.md and curves.png from everything measured so far; returns the table."""
+    """results.csv, table.md and curves.png from everything measured so far (table.md ends with the
+    re-timed comparison when `bench --retime` made one); returns the table."""
     runs = load_runs(out)
     if not runs:
         return ""
     references = json.loads((out / REFERENCES_FILE).read_text()) if (out / REFERENCES_FILE).exists() else {}
     write_csv(runs, budgets, out / RESULTS_FILE)
     table = markdown(runs, budgets, references)
+    if (out / RETIMED_FILE).exists():
+        retimed = json.loads((out / RETIMED_FILE).read_text())
+        table += "\n" + retimed_markdown(retimed, strategy_order(runs), (BASELINE, "metatune"))
     (out / TABLE_FILE).write_text(table)
     plot_curves(runs, references, out / CURVES_FILE)
     return table

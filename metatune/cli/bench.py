@@ -61,6 +61,11 @@ def bench(
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
     references_only: bool = typer.Option(False, help="Only re-measure the PyTorch and fp32-peak references of the "
                                                      "suite into --out, print old vs new, and rebuild the table."),
+    retime: bool = typer.Option(False, help="Only time again, side by side, the kernel each run in --out would deploy "
+                                            "after each budget (its best so far), interleaved over --rounds shuffled "
+                                            "rounds, into retimed.json, and rebuild the table with them: strategies "
+                                            "tuned minutes apart compared free of the host's drift."),
+    rounds: int = typer.Option(3, min=1, help="With --retime: rounds of timing per kernel (median taken)."),
 ) -> None:
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     if replay_at is not None and model is None:
@@ -72,6 +77,8 @@ def bench(
                                     input_shape or [], parse_ints(replay_at, "--replay-at", "300") if replay_at else [])
         elif references_only:
             run_references_command(suite, budgets, strategies, out, target)
+        elif retime:
+            run_retime_command(suite, budgets, strategies, repeats, out, rounds, target)
         else:
             run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter,
                               references, report_only, target)
@@ -88,6 +95,19 @@ def run_references_command(suite: str, budgets: str, strategies: str, out: Path,
     typer.echo(remeasure_references(config, echo=lambda m: typer.echo(m, err=True)))
     if (out / "runs").exists():
         typer.echo(write_report(out, config.budgets))
+
+
+def run_retime_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, rounds: int,
+                       target: str | None = None) -> None:
+    """`--retime`: the deployed kernels of every run in `out` timed again side by side; the table rebuilt."""
+    from metatune.bench.harness import BenchConfig
+    from metatune.bench.report import write_report
+    from metatune.bench.retime import retime_bench
+
+    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+                         strategies=parse_list(strategies, "--strategies"), repeats=repeats, out=out, target=target)
+    retime_bench(config, rounds, echo=lambda m: typer.echo(m, err=True))
+    typer.echo(write_report(out, config.budgets))
 
 
 def run_model_bench_command(model: str, trials_totals: list[int], strategies: str, repeats: int, out: Path,

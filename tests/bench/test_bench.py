@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.bench.harness import BenchConfig, merge_segments, plan, remeasure_references
+from metatune.bench.harness import BenchConfig, RunKey, merge_segments, plan, remeasure_references
 from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite, suite_names
@@ -93,6 +94,35 @@ def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset)
                     "--out", str(out), env={"METATUNE_DATASET": str(small_dataset)})
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_text() for p in (out / "runs").glob("*/*.json")} == before
+
+
+def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench, tmp_path):
+    """`--retime`: for every run and budget, the best-so-far trial (the one the curve reports) is built,
+    verified and timed again, in the given number of rounds; the table gains the re-timed comparison."""
+    out, proc = quick_bench
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    copy = tmp_path / "bench"
+    shutil.copytree(out, copy)
+    retimed = ["metatune", "xgb"]  # of the runs in --out, those of the strategies named
+    res = run_cli("bench", "--suite", "quick", "--budgets", "2,4", "--strategies", ",".join(retimed),
+                  "--out", str(copy), "--retime", "--rounds", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads((copy / "retimed.json").read_text())
+    names = [b.name for b in load_suite("quick")]
+    assert sorted(data["workloads"]) == sorted(names) and data["rounds"] == 2
+    for name in names:
+        runs = data["workloads"][name]["runs"]
+        assert sorted((r["strategy"], r["budget"]) for r in runs) == sorted((s, b) for s in retimed for b in (2, 4))
+        for r in runs:
+            curve = json.loads(RunKey(name, r["strategy"], 0).result_path(copy).read_text())["curve"]
+            assert r["trial"] <= r["budget"] and r["tuned_gflops"] == pytest.approx(curve[r["budget"] - 1], rel=1e-3)
+            assert len(r["rounds_s"]) == 2 and r["gflops"] > 0
+    assert "Re-timed side by side (2 interleaved rounds" in (copy / "table.md").read_text()
+
+
+def test_retime_without_runs_is_one_line(tmp_path):
+    proc = run_cli("bench", "--suite", "quick", "--out", str(tmp_path / "empty"), "--retime")
+    assert proc.returncode == 2 and "holds no runs" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_resumed_run_adds_its_segments_times(tmp_path):

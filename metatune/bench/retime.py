@@ -1,0 +1,159 @@
+"""Re-time, side by side, the kernels a bench's runs would deploy: comparisons free of the host's drift.
+
+Why: a bench tunes one strategy after another, minutes apart, and on a shared VM the same kernel
+can run twice as slow ten minutes later (docs/BENCHMARKS.md, "Search designs on the validation
+suite"), so best latencies taken during tuning compare the host's phases as much as the strategies.
+Here, per workload, the kernel each run would deploy after each budget (its best so far, by the
+latencies it saw while tuning) is built and timed again together with all the others, in rounds of
+shuffled order; a kernel's latency is the median of its rounds' medians. Every kernel is checked
+against NumPy again on the way (the measurer verifies before it times).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from metatune import MetatuneError
+from metatune.bench.harness import BenchConfig, RunKey, plan, write_json
+from metatune.bench.suites import BenchWorkload, load_suite
+from metatune.env.device import fingerprint_for_target
+from metatune.measure.measurer import Measurer, median_latency, successful_run_seconds
+from metatune.tune.tuner import trial_lines
+
+RETIMED_FILE = "retimed.json"
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """The kernel a run would deploy after `budget` trials: its trial index and tuning-time latency."""
+
+    key: RunKey
+    budget: int
+    trial: int
+    tuned_s: float
+
+
+def deployed_kernels(bench_workload: BenchWorkload, key: RunKey, out: Path,
+                     budgets: list[int]) -> tuple[list[Deployed], list[tuple[Any, Any]]]:
+    """The best-so-far trial of one run at each budget it reached, and the run's trial lines."""
+    lines = trial_lines(key.db_dir(out), bench_workload.workload.irmodule())
+    deployed, best, best_at = [], float("inf"), -1
+    for i, (_, record) in enumerate(lines):
+        secs = successful_run_seconds(record[1])
+        if secs and (latency := median_latency(secs, high=True)) < best:
+            best, best_at = latency, i
+        if i + 1 in budgets and best_at >= 0:
+            deployed.append(Deployed(key, i + 1, best_at, best))
+    return deployed, lines
+
+
+def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: list[RunKey], out: Path,
+                    budgets: list[int], rounds: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Every run's deployed kernels of one workload, timed again in `rounds` shuffled rounds."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    kernels: dict[str, Any] = {}  # trace JSON -> MeasureCandidate: a kernel two runs share is timed once
+    entries = []
+    for key in keys:
+        deployed, lines = deployed_kernels(bench_workload, key, out, budgets)
+        for d in deployed:
+            workload_json, record_json = lines[d.trial]
+            trace = json.dumps(record_json[0], sort_keys=True)
+            if trace not in kernels:
+                record = TuningRecord.from_json(record_json, Workload.from_json(workload_json))
+                kernels[trace] = record.as_measure_candidate()
+            entries.append((d, trace))
+    traces = list(kernels)
+    samples: dict[str, list[float]] = {t: [] for t in traces}
+    failures: dict[str, str] = {}
+    for _ in range(rounds):
+        order = [traces[i] for i in rng.permutation(len(traces))]
+        for trace, result in zip(order, measurer.measure(bench_workload.workload, [kernels[t] for t in order])):
+            if result.ok:
+                samples[trace].append(result.median_s)
+            else:
+                failures[trace] = f"{result.failure.value}: {result.message}"
+    flops = bench_workload.workload.flops
+    runs = []
+    for d, trace in entries:
+        run = {"strategy": d.key.strategy, "repeat": d.key.repeat, "budget": d.budget, "trial": d.trial + 1,
+               "tuned_gflops": round(flops / d.tuned_s / 1e9, 3), "rounds_s": [round(s, 9) for s in samples[trace]]}
+        if trace in failures:  # it ran while tuning: a failure now is news, reported, never hidden as slow
+            run.update(gflops=None, failure=failures[trace])
+        else:
+            run["gflops"] = round(flops / statistics.median(samples[trace]) / 1e9, 3)
+        runs.append(run)
+    return {"kernels": len(traces), "runs": runs}
+
+
+def retime_bench(config: BenchConfig, rounds: int = 3, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Re-time every workload's deployed kernels into `config.out/retimed.json`; returns its content."""
+    if rounds < 1:
+        raise MetatuneError("--rounds must be >= 1")
+    suite = load_suite(config.suite)
+    keys = [key for _, key in plan(suite, config.strategies, config.repeats) if key.db_dir(config.out).exists()]
+    if not keys:
+        raise MetatuneError(f"{config.out} holds no runs of suite {config.suite} to re-time")
+    fingerprint = fingerprint_for_target(config.target)
+    data: dict[str, Any] = {"device_id": fingerprint.device_id, "rounds": rounds, "budgets": config.budgets,
+                            "workloads": {}}
+    rng = np.random.default_rng(0)
+    with Measurer(fingerprint.tvm_target()) as measurer:
+        for bench_workload in suite:
+            own = [k for k in keys if k.workload == bench_workload.name]
+            if own:
+                echo(f"re-timing {bench_workload.name}: the kernels of {len(own)} runs, {rounds} rounds")
+                data["workloads"][bench_workload.name] = retime_workload(measurer, bench_workload, own, config.out,
+                                                                         config.budgets, rounds, rng)
+                write_json(config.out / RETIMED_FILE, data)  # workload by workload: an interruption keeps the rest
+                failed = [r for r in data["workloads"][bench_workload.name]["runs"] if r.get("failure")]
+                for run in failed:
+                    echo(f"warning: {bench_workload.name} [{run['strategy']}] trial {run['trial']} failed when "
+                         f"timed again: {run['failure']}")
+    return data
+
+
+def _fmt(gflops: float | None) -> str:
+    return "—" if gflops is None else f"{gflops:.1f}"
+
+
+def _geomean(values: list[float]) -> float | None:
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tuple[str, ...] = ("xgb",)) -> str:
+    """The re-timed best GFLOPS per workload, strategy and budget (median over repeats), and the
+    geometric-mean speed-up of each strategy over each baseline at the same budget."""
+    budgets = data["budgets"]
+    best: dict[tuple[str, str, int], float] = {}
+    for name, workload in data["workloads"].items():
+        groups: dict[tuple[str, str, int], list[float]] = {}
+        for run in workload["runs"]:
+            if run["gflops"] is not None:
+                groups.setdefault((name, run["strategy"], run["budget"]), []).append(run["gflops"])
+        best.update({k: statistics.median(v) for k, v in groups.items()})
+    names = list(data["workloads"])
+    strategies = [s for s in strategies if any(k[1] == s for k in best)]
+    lines = [f"Re-timed side by side ({data['rounds']} interleaved rounds on {data['device_id']}): best GFLOPS of "
+             "the kernel each run would deploy after each budget (median of repeats).", "",
+             "| workload | strategy | " + " | ".join(str(b) for b in budgets) + " |", "|" + "---|" * (len(budgets) + 2)]
+    for n in names:
+        for s in strategies:
+            lines.append(f"| {n} | {s} | " + " | ".join(_fmt(best.get((n, s, b))) for b in budgets) + " |")
+    for baseline in baselines:
+        if not any(k[1] == baseline for k in best):
+            continue
+        lines += ["", f"Re-timed: geometric-mean speed-up over {baseline} at the same budget (workloads where both "
+                  "reached it).", "", "| strategy | " + " | ".join(f"vs {baseline} @{b}" for b in budgets) + " |",
+                  "|" + "---|" * (len(budgets) + 1)]
+        for s in strategies:
+            ratios = [_geomean([best[(n, s, b)] / best[(n, baseline, b)] for n in names
+                                if (n, s, b) in best and (n, baseline, b) in best]) for b in budgets]
+            lines.append(f"| {s} | " + " | ".join("—" if r is None else f"{r:.2f}×" for r in ratios) + " |")
+    return "\n".join(lines) + "\n"
