@@ -17,7 +17,7 @@ from typing import Any
 
 from metatune.bench.harness import REFERENCES_FILE
 from metatune.bench.references import peak_unstable
-from metatune.bench.retime import RETIMED_FILE, retimed_markdown
+from metatune.bench.retime import RETIMED_FILE
 from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
 from metatune.workload.operators import Workload
 
@@ -205,6 +205,38 @@ def gp_summary(runs: list[Run], strategies: list[str]) -> str:
                       "per batch, of them mutants.", "",
                       "| strategy | meta-model weight | task-model weight | pool added / batch | mutants / batch |",
                       "|---|---|---|---|---|", *rows])
+
+
+def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tuple[str, ...] = ("xgb",)) -> str:
+    """The re-timed best GFLOPS per workload, strategy and budget (median over repeats), and the
+    geometric-mean speed-up of each strategy over each baseline at the same budget."""
+    budgets = data["budgets"]
+    best: dict[tuple[str, str, int], float] = {}
+    for name, workload in data["workloads"].items():
+        groups: dict[tuple[str, str, int], list[float]] = {}
+        for run in workload["runs"]:
+            if run["gflops"] is not None:
+                groups.setdefault((name, run["strategy"], run["budget"]), []).append(run["gflops"])
+        best.update({k: statistics.median(v) for k, v in groups.items()})
+    names = list(data["workloads"])
+    strategies = [s for s in strategies if any(k[1] == s for k in best)]
+    lines = [f"Re-timed side by side ({data['rounds']} interleaved rounds on {data['device_id']}): best GFLOPS of "
+             "the kernel each run would deploy after each budget (median of repeats).", "",
+             "| workload | strategy | " + " | ".join(str(b) for b in budgets) + " |", "|" + "---|" * (len(budgets) + 2)]
+    for n in names:
+        for s in strategies:
+            lines.append(f"| {n} | {s} | " + " | ".join(_fmt(best.get((n, s, b))) for b in budgets) + " |")
+    for baseline in baselines:
+        if not any(k[1] == baseline for k in best):
+            continue
+        lines += ["", f"Re-timed: geometric-mean speed-up over {baseline} at the same budget (workloads where both "
+                  "reached it).", "", "| strategy | " + " | ".join(f"vs {baseline} @{b}" for b in budgets) + " |",
+                  "|" + "---|" * (len(budgets) + 1)]
+        for s in strategies:
+            ratios = [geomean([best[(n, s, b)] / best[(n, baseline, b)] for n in names
+                                if (n, s, b) in best and (n, baseline, b) in best]) for b in budgets]
+            lines.append(f"| {s} | " + " | ".join(_fmt(r, 2, "×") for r in ratios) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None:
