@@ -34,9 +34,10 @@ def tune(
                                           "inputs in PATH.json), to run with `metatune run PATH.so` or TVM alone."),
     trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
                                              "(including those already in --db)."),
-    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO), metatune-evolve / metatune-task / "
-                                 "metatune-evolve-task (under evaluation: the BO pool widened by cost-model-guided "
-                                 "mutation chains; a second prior learnt from the task's own measurements; both), "
+    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO over a pool widened by cost-model-guided "
+                                 "mutation chains, its GP also weighing a prior learnt from the task's own "
+                                 "measurements), its ablations metatune-evolve (no task prior), metatune-task (no "
+                                 "chains), metatune-local (neither: the earlier search), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

@@ -8,8 +8,8 @@ Each batch:
 1. Pool: uniform random valid configurations plus one-knob neighbours of the best measured
    configurations, minus everything measured, failed or in flight. The pool persists across
    batches (a slice of the random part is renewed each batch, neighbours follow the
-   incumbents), so a batch pays only for the configurations it adds. Optionally (`evolve_*`)
-   mutation chains go further: each generation mutates 1..`max_changes` knobs of the
+   incumbents), so a batch pays only for the configurations it adds. Mutation chains (`evolve_*`,
+   off with `evolve_children=0`) go further: each generation mutates 1..`max_changes` knobs of the
    configurations the cost model scores best (and of the incumbents), and the pool keeps the
    best-scored mutants, as EvolutionarySearch does with its cost model, but as candidates for
    the acquisition rather than as the batch.
@@ -21,9 +21,11 @@ Each batch:
    one it had when it was proposed, so `w` measures out-of-sample trust in the cost model.
 4. Acquisition (`bo.greedy_batch`): analytic LogEI (or UCB) over the pool, q greedy picks
    with Kriging-believer fantasies.
-Optionally (`task_model`), a second score column comes from TVM's XGBModel trained on this
+A second score column (`task_model`, on by default) comes from TVM's XGBModel trained on this
 task's own measurements (`task_model.TaskModel`): the GP's mean becomes `c + w1 * meta score +
 w2 * task score`, so the task's data takes over from the prior as far as it predicts better.
+Both are on by default: chosen on the search-validation suite (docs/BENCHMARKS.md), where either
+alone gained less than together.
 Before `min_observations` successful measurements exist (first batch of a fresh workload),
 and as a logged fallback when the GP cannot be fitted, the cost model's top-q picks decide,
 spread over the design spaces.
@@ -68,12 +70,12 @@ class BatchBOSettings:
     ucb_beta: float = 4.0
     min_observations: int = 4  # successful measurements before the GP takes over
     max_gp_points: int = 512  # GP training set cap (best half kept, the rest subsampled)
-    evolve_children: int = 0  # mutants built per generation (0: no mutation chains)
+    evolve_children: int = 128  # mutants built per generation (0: no mutation chains)
     evolve_generations: int = 2  # generations per batch
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
     evolve_keep: int = 256  # mutants kept in the pool, best-scored first
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
-    task_model: bool = False  # a second prior: XGBModel on this task's own measurements
+    task_model: bool = True  # a second prior: XGBModel on this task's own measurements
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
 
