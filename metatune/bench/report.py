@@ -73,8 +73,8 @@ def workload_order(runs: list[Run]) -> list[str]:
 
 
 def strategy_order(runs: list[Run]) -> list[str]:
-    preferred = ["metatune", "metatune-evolve", "metatune-task", "metatune-local", "gradient", "xgb-transfer", "xgb",
-                 "random"]
+    preferred = ["metatune", "metatune-late-chains", "metatune-evolve", "metatune-task", "metatune-local", "gradient",
+                 "xgb-transfer", "xgb", "random"]
     present = {r.strategy for r in runs}
     return [s for s in preferred if s in present] + sorted(present - set(preferred))
 

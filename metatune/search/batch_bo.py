@@ -75,6 +75,7 @@ class BatchBOSettings:
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
     evolve_keep: int = 256  # mutants kept in the pool, best-scored first
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
+    chains_before_gp: bool = True  # mutation chains also while the cost model alone picks (first batch)
     task_model: bool = True  # a second prior: XGBModel on this task's own measurements
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
@@ -370,7 +371,8 @@ class _BatchBOLogic(SearchLogic):
         if not self.pool.entries and self.pool.random_exhausted:  # look hard before giving up
             self.pool.update(self.stats.batches, self._incumbents(), avoid, thorough=True)
         self.stats.pool_s += time.perf_counter() - t0
-        if self.settings.evolve_children and self.pool.entries:
+        gp_decides = len(self.observations) >= self.settings.min_observations
+        if self.settings.evolve_children and self.pool.entries and (gp_decides or self.settings.chains_before_gp):
             self._evolve(avoid)
         self.stats.pool_added += len(set(self.pool.entries) - before)
         entries = list(self.pool.entries.values())
@@ -383,7 +385,7 @@ class _BatchBOLogic(SearchLogic):
                 obs.score = float(bo.normal_scores(np.array([obs.raw]), raw)[0])
         scores = np.column_stack([z, self._task_scores(entries)]) if self.task_model is not None else z
         picks: list[int] | None = None
-        if len(self.observations) >= self.settings.min_observations:
+        if gp_decides:
             try:
                 picks = self._bo_picks(entries, scores, q)
             except Exception as err:  # noqa: BLE001 - degenerate data must not end the run; logged

@@ -259,6 +259,20 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
 
 
 
+def test_chains_can_wait_until_the_gp_decides(target):
+    """`chains_before_gp=False`: the first batch (the cost model's top picks alone) has no mutants to
+    pick from; the chains start with the first batch the GP chooses."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            evolve_children=24, chains_before_gp=False)
+    _run_batch(ctx)
+    assert strategy.stats.prior_batches == 1 and strategy.stats.mutants == 0
+    assert not any(e.mutant for e in strategy.pool.entries.values())
+    _run_batch(ctx)
+    assert strategy.stats.gp_batches == 1 and strategy.stats.mutants >= 24
+
+
 def test_task_model_learns_the_task_and_its_score_joins_the_gp(target):
     """`task_model`: XGBModel on the task's own (synthetic) measurements; once trained, its scores
     of the pool reach the proposals and the GP fits a weight for them."""
