@@ -19,6 +19,7 @@ from metatune.bench.harness import REFERENCES_FILE
 from metatune.bench.references import peak_unstable
 from metatune.bench.retime import RETIMED_FILE
 from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
+from metatune.tune.tuner import CHECKPOINT_STRATEGIES
 from metatune.workload.operators import Workload
 
 BASELINE = "xgb"
@@ -73,8 +74,7 @@ def workload_order(runs: list[Run]) -> list[str]:
 
 
 def strategy_order(runs: list[Run]) -> list[str]:
-    preferred = ["metatune", "metatune-late-chains", "metatune-evolve", "metatune-task", "metatune-local", "gradient",
-                 "xgb-transfer", "xgb", "random"]
+    preferred = [*CHECKPOINT_STRATEGIES, "xgb-transfer", "xgb", "random"]
     present = {r.strategy for r in runs}
     return [s for s in preferred if s in present] + sorted(present - set(preferred))
 

@@ -258,7 +258,6 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     assert any(not e.mutant for e in pool.entries.values()) and strategy.stats.gp_batches == 1
 
 
-
 def test_chains_can_wait_until_the_gp_decides(target):
     """`chains_before_gp=False`: the first batch (the cost model's top picks alone) has no mutants to
     pick from; the chains start with the first batch the GP chooses."""
