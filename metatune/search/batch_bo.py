@@ -194,11 +194,12 @@ class CandidatePool:
         """Up to n new mutants, each of a uniformly drawn parent in 1..max_changes knobs."""
         if not parents:
             return []
-        added: list[_Entry] = []
+        moves = []
         for _ in range(n):
             parent = parents[int(self.rng.integers(len(parents)))]
-            changes = int(self.rng.integers(1, self.settings.max_changes + 1))
-            cand = self.space.neighbour(parent, self.rng, changes=changes)
+            moves.append((parent, int(self.rng.integers(1, self.settings.max_changes + 1))))
+        added: list[_Entry] = []
+        for cand in self.space.neighbours(moves, self.rng):
             if cand is None or cand.config in self.entries or cand.config in avoid:
                 continue
             added.append(self._add(cand, None, batch, mutant=True))
@@ -215,14 +216,15 @@ class CandidatePool:
         if n <= 0 or len(knobs) == 0 or incumbent in self.exhausted:
             return 0
         added = 0
-        for _ in range(n + n // 2 + 8):  # collisions are rare in a big space; a small one gets marked exhausted
-            if added >= n:
-                break
-            cand = knobs.neighbour(incumbent, self.rng)
-            if cand is None or cand.config in self.entries or cand.config in avoid:
-                continue
-            self._add(cand, incumbent, batch)
-            added += 1
+        attempts = n + n // 2 + 8  # collisions are rare in a big space; a small one gets marked exhausted
+        while added < n and attempts > 0:
+            k = min(attempts, n - added)
+            attempts -= k
+            for cand in self.space.neighbours([(incumbent, 1)] * k, self.rng):
+                if cand is None or cand.config in self.entries or cand.config in avoid:
+                    continue
+                self._add(cand, incumbent, batch)
+                added += 1
         if added < n:  # its neighbourhood is (nearly) all measured or pooled: stop paying for retries
             self.exhausted.add(incumbent)
         return added

@@ -19,12 +19,13 @@ import collections
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from metatune import MetatuneError
 from metatune.env.tvm_setup import import_tensor_intrinsics
+from metatune.space.parallel import build_until_accepted, count
 from metatune.space.threads import ThreadLimit, thread_axis_sized_by, thread_limits
 from metatune.workload.operators import Workload
 
@@ -87,6 +88,9 @@ class Candidate:
         return MeasureCandidate(self.sch, ArgInfo.from_entry_func(self.sch.mod, remove_preproc=True))
 
 
+Build = Callable[[], "Candidate | None"]  # a drawn configuration, not built yet
+
+
 class DesignSpaces:
     """The design spaces of one workload on one target, with their postprocessors."""
 
@@ -137,36 +141,42 @@ class DesignSpaces:
         except (ValueError, RuntimeError) as err:
             # Some sampled decisions make a later primitive invalid (e.g. a compute location that
             # inlines a block the trace still refers to): the configuration is not in the space.
-            self.rejected[f"replay: {str(err).strip().splitlines()[-1][:80]}"] += 1
+            count(self.rejected, f"replay: {str(err).strip().splitlines()[-1][:80]}")
             return None
         if not self.postprocess(sch):
-            self.rejected["postprocessor"] += 1
+            count(self.rejected, "postprocessor")
             return None
         return Candidate(space_index, sch)
 
     def random_candidate(self, rng: np.random.Generator) -> Candidate | None:
         """One random configuration of a random design space; None if postprocessing rejects it."""
+        return self._random_draw(rng)()
+
+    def _random_draw(self, rng: np.random.Generator) -> Build:
+        """A random configuration of a random design space, to be built (and maybe rejected)."""
         from tvm.s_tir import Trace
 
         index = int(rng.integers(len(self.spaces)))
         blank = Trace(self.spaces[index].trace.insts, {})
-        return self.replay(index, blank, seed=int(rng.integers(1, 2**31 - 1)))
+        return functools.partial(self.replay, index, blank, int(rng.integers(1, 2**31 - 1)))
 
     def random_candidates(
         self, n: int, seed: int = 0, exclude: set[str] | None = None, max_attempts: int | None = None
     ) -> list[Candidate]:
-        """Up to `n` distinct random valid configurations, skipping keys in `exclude`."""
+        """Up to `n` distinct random valid configurations, skipping keys in `exclude`; at most
+        `max_attempts` replays, built side by side."""
         rng = np.random.default_rng(seed)
         seen = set(exclude or ())
         found: list[Candidate] = []
-        for _ in range(max_attempts or 20 * n + 100):
-            if len(found) >= n:
-                break
-            cand = self.random_candidate(rng)
-            if cand is None or cand.trace_key in seen:
-                continue
-            seen.add(cand.trace_key)
-            found.append(cand)
+        attempts = max_attempts or 20 * n + 100
+        while len(found) < n and attempts > 0:
+            k = min(attempts, n - len(found))
+            attempts -= k
+            for cand in build_until_accepted(k, lambda _: self._random_draw(rng), lambda _, c: True, tries=1):
+                if cand is None or cand.trace_key in seen:
+                    continue
+                seen.add(cand.trace_key)
+                found.append(cand)
         return found
 
 
@@ -457,7 +467,7 @@ class KnobSpace:
         """
         problem = self.check(config)
         if problem is not None:
-            self.rejected[f"config: {problem.split(':')[0]}"] += 1
+            count(self.rejected, f"config: {problem.split(':')[0]}")
             return None
         return self._build(config.decisions, seed, postprocess, expect=config if strict else None)
 
@@ -467,14 +477,14 @@ class KnobSpace:
             sch = self._replay(decisions, seed)
         except Exception as err:  # an invalid combination is the configuration's problem, not ours
             text = str(err).strip()
-            self.rejected[f"replay: {text.splitlines()[-1][:80] if text else type(err).__name__}"] += 1
+            count(self.rejected, f"replay: {text.splitlines()[-1][:80] if text else type(err).__name__}")
             return None
         config = Config(self.index, self.decisions_of(sch.trace))
         if expect is not None and config != expect:
-            self.rejected["snapped compute location"] += 1
+            count(self.rejected, "snapped compute location")
             return None
         if postprocess and not self.spaces.postprocess(sch):
-            self.rejected["postprocessor"] += 1
+            count(self.rejected, "postprocessor")
             return None
         return Candidate(self.index, sch, config)
 
@@ -484,15 +494,15 @@ class KnobSpace:
         """A random valid configuration: each knob uniform over its valid values, in trace
         order (compute locations are drawn by TVM among the locations valid at that point),
         redrawn until the tiles keep the GPU thread limits."""
-        for _ in range(max_attempts):
-            decisions = self._draw(rng)
-            if decisions is None:
-                self.rejected["thread limits"] += 1
-                continue
-            cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
-            if cand is not None:
-                return cand
-        return None
+        return build_until_accepted(1, lambda _: self.sample_draw(rng), lambda _, c: True, max_attempts)[0]
+
+    def sample_draw(self, rng: np.random.Generator) -> Build | None:
+        """A random configuration to build; None if no draw kept the thread limits."""
+        decisions = self._draw(rng)
+        if decisions is None:
+            count(self.rejected, "thread limits")
+            return None
+        return functools.partial(self._build, decisions, int(rng.integers(1, 2**31 - 1)))
 
     def _draw(self, rng: np.random.Generator) -> list[Decision | None] | None:
         """Uniform decisions within the thread limits (a draw costs microseconds, a replay
@@ -549,20 +559,19 @@ class KnobSpace:
         Changing a tile can make a later compute location invalid; TVM then snaps it, so the
         result may also differ in such a conditional knob (its `config` says exactly how).
         """
-        if not self.knobs:
-            return None  # a design space without sampling decisions has no neighbours
-        for _ in range(max_attempts):
-            decisions = list(config.decisions)
-            for position in self._positions(rng, changes):  # in trace order: a location sees the tiles before it
-                options = self._other_values(Config(config.space, tuple(decisions)), position)
-                if options:
-                    decisions[position] = options[int(rng.integers(len(options)))]
-            if tuple(decisions) == tuple(config.decisions):
-                continue
-            cand = self._build(decisions, seed=int(rng.integers(1, 2**31 - 1)))
-            if cand is not None and cand.config != config:
-                return cand
-        return None
+        return build_until_accepted(1, lambda _: self.neighbour_draw(config, rng, changes),
+                                    lambda _, cand: cand.config != config, max_attempts)[0]
+
+    def neighbour_draw(self, config: Config, rng: np.random.Generator, changes: int = 1) -> Build | None:
+        """A move of `changes` knobs of `config`, to build; None if the draw changed nothing."""
+        decisions = list(config.decisions)
+        for position in self._positions(rng, changes):  # in trace order: a location sees the tiles before it
+            options = self._other_values(Config(config.space, tuple(decisions)), position)
+            if options:
+                decisions[position] = options[int(rng.integers(len(options)))]
+        if tuple(decisions) == tuple(config.decisions):
+            return None
+        return functools.partial(self._build, decisions, int(rng.integers(1, 2**31 - 1)))
 
     def _positions(self, rng: np.random.Generator, changes: int) -> list[int]:
         """`changes` distinct knob positions drawn uniformly (at most every knob), sorted."""
@@ -661,26 +670,44 @@ class SearchSpace:
 
     def sample(self, rng: np.random.Generator) -> Candidate | None:
         """A random valid configuration of a uniformly chosen design space."""
-        return self.knob_spaces[int(rng.integers(len(self.knob_spaces)))].sample(rng)
+        return self.samples(rng, 1)[0]
+
+    def samples(self, rng: np.random.Generator, n: int, tries: int = 20) -> list[Candidate | None]:
+        """`n` random valid configurations, each of a uniformly chosen design space (None where
+        `tries` draws all failed), built side by side."""
+        spaces = [self.knob_spaces[int(rng.integers(len(self.knob_spaces)))] for _ in range(n)]
+        return build_until_accepted(n, lambda slot: spaces[slot].sample_draw(rng), lambda _, c: True, tries)
 
     def sample_candidates(self, n: int, seed: int = 0, exclude: set[Config] | None = None,
                           max_attempts: int | None = None) -> list[Candidate]:
-        """Up to `n` distinct random valid configurations, skipping those in `exclude`."""
+        """Up to `n` distinct random valid configurations, skipping those in `exclude`; at most
+        `max_attempts` samples (each up to 20 draws)."""
         rng = np.random.default_rng(seed)
         seen = set(exclude or ())
         found: list[Candidate] = []
-        for _ in range(max_attempts or 4 * n + 20):
-            if len(found) >= n:
-                break
-            cand = self.sample(rng)
-            if cand is None or cand.config in seen:
-                continue
-            seen.add(cand.config)
-            found.append(cand)
+        attempts = max_attempts or 4 * n + 20
+        while len(found) < n and attempts > 0:
+            k = min(attempts, n - len(found))
+            attempts -= k
+            for cand in self.samples(rng, k):
+                if cand is None or cand.config in seen:
+                    continue
+                seen.add(cand.config)
+                found.append(cand)
         return found
 
     def neighbour(self, config: Config, rng: np.random.Generator, changes: int = 1) -> Candidate | None:
-        return self._space(config).neighbour(config, rng, changes=changes)
+        return self.neighbours([(config, changes)], rng)[0]
+
+    def neighbours(self, moves: Sequence[tuple[Config, int]], rng: np.random.Generator,
+                   tries: int = 20) -> list[Candidate | None]:
+        """A valid neighbour per (configuration, knobs to change) (None where `tries` draws all
+        failed), built side by side."""
+        def draw(slot: int) -> Build | None:
+            config, changes = moves[slot]
+            return self._space(config).neighbour_draw(config, rng, changes)
+
+        return build_until_accepted(len(moves), draw, lambda slot, cand: cand.config != moves[slot][0], tries)
 
     @property
     def embedding_dim(self) -> int:

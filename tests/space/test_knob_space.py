@@ -269,3 +269,27 @@ def test_sample_candidates_are_distinct_and_respect_exclude(device):
     assert len({c.config for c in first}) == 6
     more = space.sample_candidates(6, seed=2, exclude={c.config for c in first})
     assert not {c.config for c in first} & {c.config for c in more}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parallel_builds_give_what_one_thread_gives(device, monkeypatch):
+    """Candidates are built on every core, yet a seed decides them: the same samples, neighbours
+    and mutants come out of one build thread as out of several."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from metatune.space import parallel
+
+    space = space_on(device, "conv2d")
+
+    def draw_all() -> list[Config | None]:
+        rng = np.random.default_rng(7)
+        samples = space.sample_candidates(12, seed=3)
+        moves = [(c.config, 1 + i % 3) for i, c in enumerate(samples)]
+        return [c.config for c in samples] + [c and c.config for c in space.neighbours(moves, rng)]
+
+    with ThreadPoolExecutor(max_workers=4) as four, ThreadPoolExecutor(max_workers=1) as single:
+        monkeypatch.setattr(parallel, "_executor", lambda: four)
+        several = draw_all()
+        monkeypatch.setattr(parallel, "_executor", lambda: single)
+        one = draw_all()
+    assert several == one and len(set(several)) == len(several) and None not in several
