@@ -37,8 +37,8 @@ def tune(
     strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO over a pool widened by cost-model-guided "
                                  "mutation chains, its GP also weighing a prior learnt from the task's own "
                                  "measurements), its ablations metatune-evolve (no task prior), metatune-task (no "
-                                 "chains), metatune-local (neither: the earlier search), metatune-late-chains (under "
-                                 "evaluation: no mutants before the GP decides), "
+                                 "chains), metatune-local (neither: the earlier search), metatune-early-chains (mutants "
+                                 "already in the first batch, before the GP decides: the default before), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

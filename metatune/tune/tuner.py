@@ -2,10 +2,11 @@
 
 Strategies (all share TVM's builder, runner and JSON database, so results compare fairly):
 * `metatune` — MetaTuneCostModel (zoo checkpoint, adapted online) + BatchBO search, whose pool holds
-  cost-model-guided mutation chains and whose GP also weighs a prior learnt from the task's own measurements;
+  cost-model-guided mutation chains (from the first batch the GP chooses) and whose GP also weighs a prior
+  learnt from the task's own measurements;
 * `metatune-evolve`, `metatune-task`, `metatune-local` — its ablations: without the task's own prior,
-  without the mutation chains, without both; `metatune-late-chains` (under evaluation) — no chains
-  before the GP decides (the first batch);
+  without the mutation chains, without both; `metatune-early-chains` — chains also in the first batch,
+  which the cost model alone picks (the default before);
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -58,7 +59,7 @@ BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune-evolve": {"task_model": False},
     "metatune-task": {"evolve_children": 0},
     "metatune-local": {"evolve_children": 0, "task_model": False},
-    "metatune-late-chains": {"chains_before_gp": False},  # under evaluation: no mutants in the first batch
+    "metatune-early-chains": {"chains_before_gp": True},  # mutants also in the first batch (the default before)
 }
 CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
 STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")

@@ -244,7 +244,7 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     from tvm.s_tir import meta_schedule as ms
 
     strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
-                            evolve_children=24, evolve_generations=2, evolve_keep=20)
+                            evolve_children=24, evolve_generations=2, evolve_keep=20, chains_before_gp=True)
     _run_batch(ctx)
     pool = strategy.pool
     mutants = {c: e.raw for c, e in pool.entries.items() if e.mutant}
