@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench.search_time import synthetic_latency
 from metatune.search import bo
 
 torch.set_num_threads(1)
@@ -125,21 +126,6 @@ def _driven(workload: str, target, cost_model, q: int, trials: int, **settings):
     return strategy, ctx
 
 
-def _fake_latency(mc) -> float:
-    """Deterministic synthetic latency: log of the innermost tile factors, plus the unroll index."""
-    trace = mc.sch.trace
-    total = 0.0
-    for inst in trace.insts:
-        d = trace.decisions.get(inst) if inst.kind.name.startswith("Sample") else None
-        if d is None:
-            continue
-        if inst.kind.name == "SamplePerfectTile":
-            total += (np.log2(int(d[-1])) - 3) ** 2
-        elif inst.kind.name == "SampleCategorical":
-            total += abs(int(d) - 2)
-    return 1e-3 * float(np.exp(0.2 * total))
-
-
 def _run_batch(ctx, fail=lambda i: False, cost_model=None):
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
@@ -147,7 +133,7 @@ def _run_batch(ctx, fail=lambda i: False, cost_model=None):
     if mcs is None:
         return None
     results = [RunnerResult(run_secs=None, error_msg="synthetic failure") if fail(i)
-               else RunnerResult(run_secs=[_fake_latency(m)], error_msg=None) for i, m in enumerate(mcs)]
+               else RunnerResult(run_secs=[synthetic_latency(m)], error_msg=None) for i, m in enumerate(mcs)]
     ctx.notify_runner_results(mcs, results)
     if cost_model is not None:
         cost_model.update(ctx, mcs, results)
@@ -185,7 +171,7 @@ def test_resume_from_database_proposes_only_unmeasured_configurations(target, ta
     database = ms.database.MemoryDatabase()
     workload = database.commit_workload(ctx.mod)
     for i, m in enumerate(recorded):
-        secs = [1e10] if i % 5 == 0 else [_fake_latency(m)]  # MetaSchedule's record of a failed run
+        secs = [1e10] if i % 5 == 0 else [synthetic_latency(m)]  # MetaSchedule's record of a failed run
         database.commit_tuning_record(TuningRecord(m.sch.trace, workload, secs, target, m.args_info))
 
     from metatune.search.batch_bo import BatchBO
