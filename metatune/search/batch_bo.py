@@ -47,6 +47,7 @@ from metatune.search import bo
 from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
 from metatune.search.task_model import TaskModel
 from metatune.space.knob_space import Candidate, Config, SearchSpace
+from metatune.space.parallel import collect_new
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate
@@ -217,16 +218,12 @@ class CandidatePool:
         knobs = self.space[incumbent.space]
         if n <= 0 or len(knobs) == 0 or incumbent in self.exhausted:
             return 0
-        added = 0
-        attempts = n + n // 2 + 8  # collisions are rare in a big space; a small one gets marked exhausted
-        while added < n and attempts > 0:
-            k = min(attempts, n - added)
-            attempts -= k
-            for cand in self.space.neighbours([(incumbent, 1)] * k, self.rng):
-                if cand is None or cand.config in self.entries or cand.config in avoid:
-                    continue
-                self._add(cand, incumbent, batch)
-                added += 1
+        found = collect_new(n, n + n // 2 + 8,  # collisions are rare in a big space; a small one gets marked exhausted
+                            lambda k: self.space.neighbours([(incumbent, 1)] * k, self.rng),
+                            key=lambda c: c.config, known=lambda c: c in self.entries or c in avoid)
+        for cand in found:
+            self._add(cand, incumbent, batch)
+        added = len(found)
         if added < n:  # its neighbourhood is (nearly) all measured or pooled: stop paying for retries
             self.exhausted.add(incumbent)
         return added

@@ -25,7 +25,7 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.env.tvm_setup import import_tensor_intrinsics
-from metatune.space.parallel import build_until_accepted, count
+from metatune.space.parallel import build_until_accepted, collect_new, count
 from metatune.space.threads import ThreadLimit, thread_axis_sized_by, thread_limits
 from metatune.workload.operators import Workload
 
@@ -166,18 +166,10 @@ class DesignSpaces:
         """Up to `n` distinct random valid configurations, skipping keys in `exclude`; at most
         `max_attempts` replays, built side by side."""
         rng = np.random.default_rng(seed)
-        seen = set(exclude or ())
-        found: list[Candidate] = []
-        attempts = max_attempts or 20 * n + 100
-        while len(found) < n and attempts > 0:
-            k = min(attempts, n - len(found))
-            attempts -= k
-            for cand in build_until_accepted(k, lambda _: self._random_draw(rng), lambda _, c: True, tries=1):
-                if cand is None or cand.trace_key in seen:
-                    continue
-                seen.add(cand.trace_key)
-                found.append(cand)
-        return found
+        known = set(exclude or ())
+        return collect_new(n, max_attempts or 20 * n + 100,
+                           lambda k: build_until_accepted(k, lambda _: self._random_draw(rng), lambda _, c: True, tries=1),
+                           key=lambda c: c.trace_key, known=known.__contains__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -683,18 +675,9 @@ class SearchSpace:
         """Up to `n` distinct random valid configurations, skipping those in `exclude`; at most
         `max_attempts` samples (each up to 20 draws)."""
         rng = np.random.default_rng(seed)
-        seen = set(exclude or ())
-        found: list[Candidate] = []
-        attempts = max_attempts or 4 * n + 20
-        while len(found) < n and attempts > 0:
-            k = min(attempts, n - len(found))
-            attempts -= k
-            for cand in self.samples(rng, k):
-                if cand is None or cand.config in seen:
-                    continue
-                seen.add(cand.config)
-                found.append(cand)
-        return found
+        known = set(exclude or ())
+        return collect_new(n, max_attempts or 4 * n + 20, lambda k: self.samples(rng, k),
+                           key=lambda c: c.config, known=known.__contains__)
 
     def neighbour(self, config: Config, rng: np.random.Generator, changes: int = 1) -> Candidate | None:
         return self.neighbours([(config, changes)], rng)[0]

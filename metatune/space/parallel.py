@@ -19,6 +19,7 @@ from typing import Callable, TypeVar
 from metatune.env.device import usable_cores
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 _counter_lock = threading.Lock()
 
@@ -58,3 +59,20 @@ def build_until_accepted(slots: int, draw: Callable[[int], Callable[[], T | None
                 results[slot] = cand
         open_slots = [slot for slot in open_slots if results[slot] is None]
     return results
+
+
+def collect_new(n: int, attempts: int, draw_round: Callable[[int], list[T | None]], key: Callable[[T], K],
+                known: Callable[[K], bool]) -> list[T]:
+    """Up to `n` results whose keys are not `known` nor repeated, from rounds of `draw_round(k)`
+    (k = as many as still missing, at most `attempts` over all rounds)."""
+    found: list[T] = []
+    seen: set[K] = set()
+    while len(found) < n and attempts > 0:
+        k = min(attempts, n - len(found))
+        attempts -= k
+        for item in draw_round(k):
+            if item is None or key(item) in seen or known(key(item)):
+                continue
+            seen.add(key(item))
+            found.append(item)
+    return found
