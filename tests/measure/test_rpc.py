@@ -270,6 +270,14 @@ def servers_under(tracker: TrackerAddress, key: str) -> int:
     return len(status.servers) if status else 0
 
 
+def free_under(tracker: TrackerAddress, key: str) -> int:
+    """Servers that can be handed out: a server registers (UPDATE_INFO) before it offers itself (PUT)."""
+    from metatune.measure.runners import tracker_status
+
+    status = tracker_status(tracker).get(key)
+    return status.free if status else 0
+
+
 @pytest.fixture
 def cluster(tmp_path):
     """A tracker and two servers under one key: a metatune.measure.rpc_server and a plain TVM one."""
@@ -282,7 +290,7 @@ def cluster(tmp_path):
     servers = {kind: start_server(kind, tracker, "loop", log) for kind, log in logs.items()}
     procs += servers.values()
     try:
-        wait_for(lambda: servers_under(tracker, "loop") == 2, 60, "both servers to register")
+        wait_for(lambda: free_under(tracker, "loop") == 2, 60, "both servers to register and be free")
         yield {"tracker": tracker, "key": "loop", "servers": servers, "logs": logs}
     finally:
         for proc in procs:
