@@ -59,18 +59,19 @@ class RecordTask:
         return known({c.__chandle__(): f for c, f in zip(self.candidates, features)})
 
 
-def record_task(store: WorkloadStore, target: Any) -> RecordTask:
+def record_task(store: WorkloadStore, target: Any, candidates: Sequence["MeasureCandidate"] | None = None) -> RecordTask:
+    """The workload's records as XGBModel's candidates and results (replayed here unless `candidates`
+    holds the replays, in record order)."""
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     import_tensor_intrinsics()
-    records = store.records()
-    context = TuneContext(mod=records[0].workload.mod if records else store.workload.irmodule(), target=target,
-                          task_name=store.workload.family)
+    mod = store.tvm_workload().mod if store.num_records else store.workload.irmodule()
+    context = TuneContext(mod=mod, target=target, task_name=store.workload.family)
     return RecordTask(
         context=context,
-        candidates=[r.as_measure_candidate() for r in records],
-        results=[RunnerResult(run_secs=[float(x) for x in r.run_secs], error_msg=None) for r in records],
+        candidates=list(store.measure_candidates() if candidates is None else candidates),
+        results=[RunnerResult(run_secs=secs, error_msg=None) for secs in store.run_secs()],
     )
 
 

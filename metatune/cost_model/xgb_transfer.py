@@ -19,7 +19,7 @@ import os
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import REPO_ROOT, write_atomic
 from metatune.measure.measurer import median_latency
 from metatune.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule import MeasureCandidate
 
 logger = logging.getLogger(__name__)
 
@@ -56,28 +59,35 @@ def _cache_path(store: WorkloadStore, cache_dir: Path) -> Path:
     return cache_dir / f"{store.workload.family}-{digest}.npz"
 
 
-def _extract(store: WorkloadStore, target: Any) -> FeatureGroup:
+def extract_features(store: WorkloadStore, target: Any,
+                     candidates: Sequence["MeasureCandidate"] | None = None) -> FeatureGroup:
+    """The workload in XGBModel's form (its records replayed here unless `candidates` holds the replays)."""
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import shash2hex
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    task = record_task(store, target)
+    task = record_task(store, target, candidates)
     features = [x.numpy().astype("float32") for x in PerStoreFeature().extract_from(task.context, task.candidates)]
     costs = np.array([median_latency([float(s) for s in r.run_secs]) for r in task.results], dtype="float32")
     return FeatureGroup(shash2hex(task.context.mod), features, costs)
 
 
-def cache_training_features(dataset_dir: Path, target: Any, echo: Callable[[str], None] = logger.info,
-                            workers: int | None = None) -> list[Path]:
-    """The feature cache file of every complete training workload, extracting the missing ones first,
-    one process per core (`workers` caps them): replaying and featurising ~13,000 records takes minutes."""
+def training_feature_caches(dataset_dir: Path) -> list[tuple[WorkloadStore, Path]]:
+    """Every complete training workload and the file its features are cached in (present or not)."""
     stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
     if not stores:
         raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
                             f"complete training workload: "
                             f"build one with `metatune dataset build` or set ${DATASET_ENV}")
     cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
-    paths = [_cache_path(store, cache_dir) for store in stores]
-    missing = [(store, path) for store, path in zip(stores, paths) if not path.exists()]
+    return [(store, _cache_path(store, cache_dir)) for store in stores]
+
+
+def cache_training_features(dataset_dir: Path, target: Any, echo: Callable[[str], None] = logger.info,
+                            workers: int | None = None) -> list[Path]:
+    """The feature cache file of every complete training workload, extracting the missing ones first,
+    one process per core (`workers` caps them): replaying and featurising ~13,000 records takes minutes."""
+    caches = training_feature_caches(dataset_dir)
+    missing = [(store, path) for store, path in caches if not path.exists()]
     if missing:
         echo(f"xgb-transfer: extracting the features of {len(missing)} training workloads")
     n = worker_count(len(missing), workers)
@@ -91,9 +101,9 @@ def cache_training_features(dataset_dir: Path, target: Any, echo: Callable[[str]
                     bar.update(task, advance=1, status=future.result())
         else:
             for store, path in missing:
-                _save(_extract(store, target), path)
+                save_features(extract_features(store, target), path)
                 bar.update(task, advance=1, status=store.workload.family)
-    return paths
+    return [path for _, path in caches]
 
 
 def _start_feature_worker() -> None:
@@ -105,11 +115,12 @@ def _extract_to_cache(store_dir: str, path: str, target: dict[str, Any]) -> str:
     from tvm.target import Target
 
     store = WorkloadStore(Path(store_dir), repair=False)
-    _save(_extract(store, Target(target)), Path(path))
+    save_features(extract_features(store, Target(target)), Path(path))
     return store.workload.family
 
 
-def _save(group: FeatureGroup, path: Path) -> None:
+def save_features(group: FeatureGroup, path: Path) -> None:
+    """Write a workload's features where `training_feature_caches` says they belong."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, group_hash=np.array(group.group_hash), costs=group.costs,

@@ -32,6 +32,7 @@ from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 FAILURE_FILE = "failures.jsonl"
 META_FILE = "meta.json"
@@ -154,6 +155,12 @@ class WorkloadStore:
         _, parse = _ffi_json()
         wl = self.tvm_workload()
         return [TuningRecord.from_json(parse(json.dumps(json.loads(l)[1])), wl) for l in self._record_lines]
+
+    def measure_candidates(self) -> list["MeasureCandidate"]:
+        """Each record's program, replayed from its trace with the postprocessors' steps, and its arguments.
+        Replaying is most of what encoding or featurising a workload costs: a caller that needs both
+        replays once and hands the candidates to each."""
+        return [record.as_measure_candidate() for record in self.records()]
 
     def run_secs(self) -> list[list[float]]:
         """Latency samples per record without building TVM objects (fast)."""

@@ -17,7 +17,7 @@ import math
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 
@@ -31,6 +31,9 @@ from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import write_atomic
 from metatune.measure.measurer import median_latency
 from metatune.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 MODES = ("supergraph", "plain")
 
@@ -187,17 +190,13 @@ def log_throughput(flops: float, run_secs: Sequence[float]) -> float:
     return math.log2(flops / median_latency([float(x) for x in run_secs]) / 1e9)
 
 
-def encode_store(store: WorkloadStore, encoder: "GraphEncoder") -> EncodedWorkload:
-    """Replay each record's trace (postprocessors included) and extract its loops."""
-    from tvm.s_tir import Schedule
-
-    schedules, log_thr = [], []
-    for record in store.records():
-        sch = Schedule(record.workload.mod)
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
-        schedules.append(sch)
-        log_thr.append(log_throughput(store.workload.flops, record.run_secs))
-    return encode_programs(encoder, schedules, store.workload.key, store.workload.family, store.split, log_thr)
+def encode_store(store: WorkloadStore, encoder: "GraphEncoder",
+                 candidates: Sequence["MeasureCandidate"] | None = None) -> EncodedWorkload:
+    """Extract the loops of each record's program (replayed here unless `candidates` holds the replays)."""
+    replayed = store.measure_candidates() if candidates is None else candidates
+    log_thr = [log_throughput(store.workload.flops, secs) for secs in store.run_secs()]
+    return encode_programs(encoder, [c.sch for c in replayed], store.workload.key, store.workload.family,
+                           store.split, log_thr)
 
 
 def dataset_template(directory: Path) -> Template:
@@ -226,13 +225,22 @@ def _cache_is_current(path: Path, meta: dict[str, str]) -> bool:
         return f.metadata() == meta
 
 
-def _encode_to_cache(store: WorkloadStore, encoder: "GraphEncoder", path: Path) -> None:
+def encode_to_cache(store: WorkloadStore, encoder: "GraphEncoder", path: Path,
+                    candidates: Sequence["MeasureCandidate"] | None = None) -> None:
+    """Encode a workload into the file `graph_caches` names for it."""
     from safetensors.torch import save
 
-    enc = encode_store(store, encoder)
+    enc = encode_store(store, encoder, candidates)
     tensors = {k: getattr(enc, k).contiguous() for k in CACHED_FIELDS}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, save(tensors, metadata=_cache_meta(store, encoder.version)))
+
+
+def graph_caches(directory: Path, encoder: "GraphEncoder", min_records: int = 1) -> list[tuple[WorkloadStore, Path, bool]]:
+    """Every complete (sealed) workload with at least `min_records`, its cache file and whether that is current."""
+    stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
+    paths = [_cache_path(Path(directory), encoder.version, s) for s in stores]
+    return [(s, p, _cache_is_current(p, _cache_meta(s, encoder.version))) for s, p in zip(stores, paths)]
 
 
 _worker_encoder: GraphEncoder | None = None
@@ -247,7 +255,7 @@ def _start_encoder_worker(template: dict) -> None:
 def _encode_in_worker(store_dir: str, path: str) -> str:
     assert _worker_encoder is not None, "worker started without _start_encoder_worker"
     store = WorkloadStore(Path(store_dir), repair=False)
-    _encode_to_cache(store, _worker_encoder, Path(path))
+    encode_to_cache(store, _worker_encoder, Path(path))
     return store.workload.family
 
 
@@ -261,9 +269,9 @@ def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
     """
     from safetensors.torch import load_file
 
-    stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
-    paths = [_cache_path(Path(directory), encoder.version, s) for s in stores]
-    missing = [(s, p) for s, p in zip(stores, paths) if not _cache_is_current(p, _cache_meta(s, encoder.version))]
+    caches = graph_caches(directory, encoder, min_records)
+    stores, paths = [s for s, _, _ in caches], [p for _, p, _ in caches]
+    missing = [(s, p) for s, p, current in caches if not current]
     with progress_bar() as bar:
         task = bar.add_task("encode", total=len(stores), completed=len(stores) - len(missing), status="")
         n = worker_count(len(missing), workers)
@@ -274,7 +282,7 @@ def load_encoded(directory: Path, encoder: "GraphEncoder", min_records: int = 1,
                     bar.update(task, advance=1, status=future.result())
         else:
             for store, path in missing:
-                _encode_to_cache(store, encoder, path)
+                encode_to_cache(store, encoder, path)
                 bar.update(task, advance=1, status=store.workload.family)
     return [EncodedWorkload(s.workload.key, s.workload.family, s.split, **load_file(str(p))) for s, p in zip(stores, paths)]
 

@@ -22,7 +22,7 @@ import torch
 from metatune import MetatuneError, __version__
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.cost_model.xgb import new_xgb, record_task
-from metatune.cost_model.xgb_transfer import TransferredXGB, cache_training_features
+from metatune.cost_model.xgb_transfer import TransferredXGB
 from metatune.dataset.card import read_card
 from metatune.dataset.store import DatasetStore
 from metatune.encode.graphs import (
@@ -49,6 +49,7 @@ from metatune.learn.evaluate import (
     xgb_method,
 )
 from metatune.learn.maml import TrainLog, meta_train, pretrain
+from metatune.learn.replay_caches import fill_training_caches
 from metatune.learn.report import write_evaluation
 
 PRETRAINED_FILE = "pretrained.safetensors"  # before MAML: the fine-tuning baseline
@@ -78,13 +79,18 @@ def _split_validation(train: list[EncodedWorkload], fraction: float,
     return [train[i] for i in order[n_valid:]], valid
 
 
+def min_records(config: TrainConfig) -> int:
+    """Records a workload needs to make a MAML task (a support set and a query set)."""
+    return config.maml.k_support + 10
+
+
 def load_splits(data_dir: Path, config: TrainConfig, workers: int | None = None) -> tuple[
         list[EncodedWorkload], list[EncodedWorkload], list[EncodedWorkload], list[EncodedWorkload]]:
     """All encoded workloads with enough records for a MAML task, then training, validation and held-out
     (`workers` caps the processes encoding what is not cached yet)."""
 
     encoder = GraphEncoder(dataset_template(data_dir))
-    encoded = load_encoded(data_dir, encoder, min_records=config.maml.k_support + 10, workers=workers)
+    encoded = load_encoded(data_dir, encoder, min_records=min_records(config), workers=workers)
     train_all, heldout = split_sets(encoded)
     train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
     return encoded, train, valid, heldout
@@ -249,16 +255,16 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
         raise MetatuneError(f"{data_dir} is not a dataset (no card.json); build it with `metatune dataset build`")
     torch.set_num_threads(config.threads)
     wall_s: dict[str, float] = {}
+    target = DeviceFingerprint.from_json(dataset_card["device"]).tvm_target()
+    with timed(wall_s, "replay: loop graphs and xgb features"):
+        fill_training_caches(data_dir, GraphEncoder(dataset_template(data_dir)), target, min_records(config),
+                             with_features="xgb-transfer" in config.evaluation.methods, workers=workers, echo=echo)
     with timed(wall_s, "encode"):
         encoded, train, valid, heldout = load_splits(data_dir, config, workers)
     if len(train) + len(valid) < 3 or not heldout:
         raise MetatuneError(f"{data_dir}: need >= 3 training and >= 1 held-out workloads with records, "
                             f"have {len(train) + len(valid)} and {len(heldout)}")
     echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {wall_s['encode']:.0f} s")
-    if "xgb-transfer" in config.evaluation.methods:  # every core on it now, not one inside its job
-        with timed(wall_s, "xgb-transfer: training features"):
-            target = DeviceFingerprint.from_json(dataset_card["device"]).tvm_target()
-            cache_training_features(data_dir, target, echo, workers)
     out.mkdir(parents=True, exist_ok=True)
     jobs = planned_jobs(config)
     with timed(wall_s, "train and evaluate"):

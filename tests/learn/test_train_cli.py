@@ -70,7 +70,7 @@ def test_train_writes_weights_card_and_table(tiny_run):
     # where the run's time went: every phase and job it ran, and each evaluated method
     assert set(card["wall_s"]) == {"encode", "train and evaluate", "main: train", "main: evaluation",
                                    "ablation: train", "ablation: evaluation", "xgb: evaluation",
-                                   "xgb-transfer: evaluation", "xgb-transfer: training features",
+                                   "xgb-transfer: evaluation", "replay: loop graphs and xgb features",
                                    "evaluation_by_method"}
     assert TINY_METHODS <= set(card["wall_s"]["evaluation_by_method"])
     assert card["wall_s"]["main: train"] == card["train_wall_s"] > 0
