@@ -174,12 +174,16 @@ def run_evaluation(config: TrainConfig, heldout: list[EncodedWorkload], methods:
 
 
 def planned_jobs(config: TrainConfig) -> list[str]:
-    """The run's independent parts, longest first (workers take them in this order): each GCN is
-    trained and evaluated in its own job (the super-graph model, the plain-graph ablation), and each
-    XGBoost row in its own (xgb-transfer first reads every training workload's features)."""
-    jobs = ["main"]
+    """The run's independent parts, longest first (workers take them in this order): each XGBoost row
+    in its own job (xgb-transfer first reads every training workload's features), the GCN trained from
+    scratch on each support set in its own (it needs no trained model), and each trained GCN (the
+    super-graph model, the plain-graph ablation) trained and evaluated in its own."""
+    jobs = []
     if "xgb-transfer" in config.evaluation.methods:
         jobs.append("xgb-transfer")
+    if "scratch" in config.evaluation.methods:
+        jobs.append("scratch")
+    jobs.append("main")
     if config.ablation and config.mode == "supergraph":
         jobs.append("ablation")
     if "xgb" in config.evaluation.methods:
@@ -202,6 +206,11 @@ def run_job(job: str, data_dir: str, config_json: dict[str, Any], out: str, echo
         with timed(wall_s, f"{job}: evaluation"):
             methods = xgb_methods(config, data, heldout, setup_s, say, only=(job,))
             result = run_evaluation(config, heldout, methods, setup_s, say)
+    elif job == "scratch":  # the main model's architecture and feature scaling, never trained
+        model, builder = new_model(config, train, config.mode, config.seed, template)
+        with timed(wall_s, "scratch: evaluation"):
+            methods = {"scratch": scratch_trainer(model, builder, heldout, config.evaluation)}
+            result = run_evaluation(config, heldout, methods, setup_s, say)
     else:
         mode = config.mode if job == "main" else "plain"
         with timed(wall_s, f"{job}: train"):
@@ -210,6 +219,7 @@ def run_job(job: str, data_dir: str, config_json: dict[str, Any], out: str, echo
             model.save(run_dir / WEIGHTS_FILE, extra)
             pretrained.save(run_dir / PRETRAINED_FILE, extra)
             methods = gcn_methods(config, heldout, main=model, pretrained=pretrained)
+            methods.pop("scratch", None)  # its own job
         else:
             model.save(run_dir / PLAIN_FILE, extra)
             methods = gcn_methods(config, heldout, plain=model)

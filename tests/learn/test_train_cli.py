@@ -68,7 +68,7 @@ def test_train_writes_weights_card_and_table(tiny_run):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert {"model.safetensors", "pretrained.safetensors", "plain.safetensors"} <= {p.name for p in out.iterdir()}
     # where the run's time went: every phase and job it ran, and each evaluated method
-    assert set(card["wall_s"]) == {"encode", "train and evaluate", "main: train", "main: evaluation",
+    assert set(card["wall_s"]) == {"encode", "train and evaluate", "main: train", "main: evaluation", "scratch: evaluation",
                                    "ablation: train", "ablation: evaluation", "xgb: evaluation",
                                    "xgb-transfer: evaluation", "replay: loop graphs and xgb features",
                                    "evaluation_by_method"}
