@@ -16,7 +16,7 @@ from metatune.cli import app
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import REPO_ROOT
 from metatune.learn.config import TrainConfig, load_config
-from metatune.learn.train import run_train
+from metatune.learn.train import run_evaluate, run_train
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 CONFIG = SHIPPED.parents[1] / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
@@ -83,6 +83,9 @@ def test_one_process_trains_what_the_workers_train(tiny_run, tmp_path):
     parallel = json.loads((out / "card.json").read_text())
     assert alone["metrics"] == parallel["metrics"]
     assert alone["metrics_per_workload"] == parallel["metrics_per_workload"]
+    # every row again in one process from the saved weights, the scratch GCN built from the trained
+    # model's config rather than in its own job: the same table
+    assert run_evaluate(data, tmp_path / "alone", None, echo=lambda _: None).per_workload == alone["metrics_per_workload"]
     for name in ("model.safetensors", "plain.safetensors"):  # same tensors and metadata (its order is not kept)
         with safe_open(str(tmp_path / "alone" / name), "pt") as a, safe_open(str(out / name), "pt") as b:
             assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
