@@ -5,7 +5,9 @@ Workers are spawned, not forked: a forked child inherits TVM's and torch's threa
 they cannot run from. Each worker imports what it needs, so a job pays a few seconds to start and
 is worth it only for work of tens of seconds or more. Ctrl-C reaches the workers too (they share the
 terminal's process group): a worker then exits at once and quietly, leaving the traceback and the
-clean-up to the main process (what workers write, they write atomically).
+clean-up to the main process (what workers write, they write atomically). A worker whose main process
+is gone (killed, say by a service manager's SIGTERM that reaches the main process alone) exits too,
+instead of finishing orphaned work on every core.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
@@ -25,6 +29,8 @@ def worker_count(jobs: int, limit: int | None = None) -> int:
 
 
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # a worker's exit status after Ctrl-C, as a shell reports it
+ORPHANED_EXIT = 128 + signal.SIGTERM  # a worker's exit status once its main process is gone
+PARENT_POLL_S = 1.0
 
 
 def process_pool(workers: int, initializer: Callable[..., Any] | None = None,
@@ -36,9 +42,17 @@ def process_pool(workers: int, initializer: Callable[..., Any] | None = None,
 
 def _start_worker(initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:
     signal.signal(signal.SIGINT, _leave_quietly)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
     if initializer is not None:
         initializer(*initargs)
 
 
 def _leave_quietly(signum: int, frame: Any) -> None:
     os._exit(INTERRUPTED_EXIT)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Once the main process is gone the worker is re-parented, and nobody would read its results."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(ORPHANED_EXIT)
