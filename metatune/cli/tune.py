@@ -38,7 +38,8 @@ def tune(
                                  "mutation chains, its GP also weighing a prior learnt from the task's own "
                                  "measurements), its ablations metatune-evolve (no task prior), metatune-task (no "
                                  "chains), metatune-local (neither: the earlier search), metatune-early-chains (mutants "
-                                 "already in the first batch, before the GP decides: the default before), "
+                                 "already in the first batch, before the GP decides: the default before), metatune-deep-chains "
+                                 "(four generations of mutants a batch instead of two), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

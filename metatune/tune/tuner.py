@@ -6,7 +6,8 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
   learnt from the task's own measurements;
 * `metatune-evolve`, `metatune-task`, `metatune-local` — its ablations: without the task's own prior,
   without the mutation chains, without both; `metatune-early-chains` — chains also in the first batch,
-  which the cost model alone picks (the default before);
+  which the cost model alone picks (the default before); `metatune-deep-chains` — four generations of
+  mutants a batch instead of two (farther from the pool's best);
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -60,6 +61,7 @@ BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune-task": {"evolve_children": 0},
     "metatune-local": {"evolve_children": 0, "task_model": False},
     "metatune-early-chains": {"chains_before_gp": True},  # mutants also in the first batch (the default before)
+    "metatune-deep-chains": {"evolve_generations": 4},  # mutation chains twice as long each batch
 }
 CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
 STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")
