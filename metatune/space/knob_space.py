@@ -276,10 +276,12 @@ def _design_insts(trace: "Trace") -> list[Any]:
 
 
 def _structure(insts: Sequence[Any]) -> str:
-    """The trace printed without decisions: equal for every replay of one design space."""
+    """The trace printed without decisions and without dead instructions: equal for every replay
+    of one design space, including TVM's own records of it. EvolutionarySearch stores simplified
+    traces (an unused `get_consumers` dropped), which the raw design-space trace would not match."""
     from tvm.s_tir import Trace
 
-    return str(Trace(list(insts), {}))
+    return str(Trace(list(insts), {}).simplified(remove_postproc=True))
 
 
 def _first_block_name(stmt: Any) -> str:

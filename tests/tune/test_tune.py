@@ -70,6 +70,7 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
     model = warm_start(strategy, database, target, [(Workload.parse(SMALL).irmodule(), "main")])
     if strategy == "xgb":
         assert sum(len(group.costs) for group in model.data.values()) == 8
+        assert_metatune_reads(database, target)
     else:
         assert model == "random"
     # resumed, it measures configurations it has not measured (ReplayTrace, reseeded, draws anew)
@@ -79,6 +80,30 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
     assert resumed.returncode == 0, resumed.stderr
     keys = trial_keys(tmp_path / "db")
     assert len(keys) == 16 and len(set(keys) - first) >= 6, "the resumed run measured the first run's trials again"
+
+
+def assert_metatune_reads(database, target) -> None:
+    """TVM's EvolutionarySearch stores simplified traces (dead instructions dropped): metatune's
+    knob spaces read them as their configurations, so BatchBO resumes from a database TVM's
+    default tuner filled instead of calling its records foreign."""
+    import tvm
+
+    from metatune.space.knob_space import DesignSpaces, SearchSpace, SpaceError
+
+    space = SearchSpace(DesignSpaces(Workload.parse(SMALL), target))
+    read = []
+    for record in database.get_all_tuning_records():
+        try:
+            read.append((record, space.config_of(record)))
+        except SpaceError:  # MutateParallel may change an annotation no knob of the space holds
+            pass
+    assert len(read) >= 6, f"metatune read {len(read)} of TVM's 8 records"
+    for record, config in read:
+        replayed = space.schedule(config, strict=True)
+        assert replayed is not None
+        sch = tvm.s_tir.Schedule(Workload.parse(SMALL).irmodule())
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        tvm.ir.assert_structural_equal(replayed.sch.mod, sch.mod)
 
 
 def test_missing_zoo_suggests_train_zoo(tmp_path):
