@@ -35,6 +35,7 @@ their mutants took the first batch's picks and cost 1.06-1.23x on the validation
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -69,6 +70,7 @@ class BatchBOSettings:
     refresh_random: int = 64  # random entries renewed per batch (oldest first)
     local_per_batch: int = 128  # new incumbent neighbours per batch (each costs a replay + postprocessing)
     incumbents: int = 8  # best measured configurations whose neighbourhoods are searched
+    incumbents_per_space: int = 0  # also the best of every design space, so no space is left after its first look
     acquisition: str = "logei"  # "logei" or "ucb"
     ucb_beta: float = 4.0
     min_observations: int = 4  # successful measurements before the GP takes over
@@ -78,6 +80,7 @@ class BatchBOSettings:
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
     evolve_keep: int = 256  # mutants kept in the pool, best-scored first
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
+    evolve_task_share: float = 0.0  # share of the kept mutants (and parents) chosen by the task model, once trained
     chains_before_gp: bool = False  # mutation chains also while the cost model alone picks (the first batch)
     task_model: bool = True  # a second prior: XGBModel on this task's own measurements
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
@@ -92,6 +95,8 @@ class BatchBOSettings:
             raise ValueError("the evolve_* settings must be >= 0")
         if self.max_changes < 1:
             raise ValueError("max_changes must be >= 1")
+        if not 0.0 <= self.evolve_task_share <= 1.0:
+            raise ValueError("evolve_task_share must be in [0, 1]")
 
 
 @dataclass
@@ -208,10 +213,20 @@ class CandidatePool:
             added.append(self._add(cand, None, batch, mutant=True))
         return added
 
-    def keep_best_mutants(self, keep: int) -> None:
-        """Evict all but the `keep` best-scored mutants (every mutant must have a score)."""
-        mutants = sorted(((e.raw, c) for c, e in self.entries.items() if e.mutant), key=lambda rc: -float(rc[0]))
-        self.discard(c for _, c in mutants[keep:])
+    def keep_best_mutants(self, keep: int, task_raw: dict[Config, float] | None = None, task_share: float = 0.0) -> None:
+        """Evict all but the `keep` best-scored mutants (every mutant must have a score). With
+        `task_raw` (the task model's outputs), `task_share` of the places go to the mutants it
+        scores best, the rest to the cost model's best."""
+        mutants = [c for c, e in self.entries.items() if e.mutant]
+        by_prior = sorted(mutants, key=lambda c: -float(self.entries[c].raw))  # type: ignore[arg-type]
+        kept: set[Config] = set()
+        if task_raw is not None and task_share > 0.0:
+            kept = set(sorted(mutants, key=lambda c: -task_raw[c])[: round(keep * task_share)])
+        for c in by_prior:
+            if len(kept) >= keep:
+                break
+            kept.add(c)
+        self.discard(c for c in mutants if c not in kept)
 
     def _add_neighbours(self, incumbent: Config, n: int, batch: int, avoid: Container[Config]) -> int:
         """Up to n new one-knob neighbours of an incumbent; returns how many were added."""
@@ -345,23 +360,45 @@ class _BatchBOLogic(SearchLogic):
 
     def _evolve(self, avoid: Container[Config]) -> None:
         """Mutation chains scored by the cost model: each generation mutates the best-scored
-        pool entries and the incumbents; the best-scored mutants stay in the pool."""
+        pool entries and the incumbents; the best-scored mutants stay in the pool. With
+        `evolve_task_share`, the task model (once trained) also chooses parents and keeps that
+        share of the mutants: the task's own measurements steer where the chains go, as the
+        task's XGBModel steers TVM's EvolutionarySearch."""
         assert self.pool is not None
         s = self.settings
+        by_task = s.evolve_task_share > 0.0 and self.task_model is not None and self.task_model.ready
         for _ in range(s.evolve_generations):
             entries = list(self.pool.entries.values())
             raw = self._pool_raw(entries)
             parents = [entries[i].cand.config for i in np.argsort(-raw, kind="stable")[: s.evolve_parents]]
+            if by_task:
+                task = self._task_raw(entries)
+                n_task = round(s.evolve_parents * s.evolve_task_share)
+                parents += [entries[i].cand.config for i in np.argsort(-task, kind="stable")[:n_task]]
             t0 = time.perf_counter()
             mutants = self.pool.add_mutants(parents + self._incumbents(), s.evolve_children, self.stats.batches, avoid)
             self.stats.pool_s += time.perf_counter() - t0
             self.stats.mutants += len(mutants)
             self._pool_raw(mutants)
-            self.pool.keep_best_mutants(s.evolve_keep)
+            task_of = None
+            if by_task:
+                entries = list(self.pool.entries.values())
+                task_of = {e.cand.config: float(t) for e, t in zip(entries, self._task_raw(entries))}
+            self.pool.keep_best_mutants(s.evolve_keep, task_of, s.evolve_task_share)
 
     def _incumbents(self) -> list[Config]:
-        ranked = sorted(self.observations.items(), key=lambda kv: kv[1].latency_s)
-        return [c for c, _ in ranked[: self.settings.incumbents]]
+        """The best measured configurations, then the best of each design space not among them."""
+        ranked = [c for c, _ in sorted(self.observations.items(), key=lambda kv: kv[1].latency_s)]
+        chosen = ranked[: self.settings.incumbents]
+        per_space = self.settings.incumbents_per_space
+        if per_space:
+            seen: collections.Counter[int] = collections.Counter()
+            taken = set(chosen)
+            for c in ranked:
+                if seen[c.space] < per_space and c not in taken:
+                    chosen.append(c)
+                seen[c.space] += 1
+        return chosen
 
     def _propose(self, q: int) -> list[tuple["MeasureCandidate", Config, np.ndarray, float]]:
         assert self.pool is not None
@@ -404,13 +441,17 @@ class _BatchBOLogic(SearchLogic):
         self.pool.discard(c[1] for c in chosen)
         return chosen  # type: ignore[return-value]
 
-    def _task_scores(self, entries: list[_Entry]) -> np.ndarray:
-        """The task model's normal scores over the pool (zeros until it is trained)."""
+    def _task_raw(self, entries: list[_Entry]) -> np.ndarray:
+        """The task model's outputs over the whole pool (zeros until it is trained)."""
         assert self.task_model is not None and self.context is not None
         t0 = time.perf_counter()
         raw = self.task_model.predict(self.context, [e.measure for e in entries])
         self.stats.task_s += time.perf_counter() - t0
-        return bo.normal_scores(raw)
+        return raw
+
+    def _task_scores(self, entries: list[_Entry]) -> np.ndarray:
+        """The task model's normal scores over the pool (zeros until it is trained)."""
+        return bo.normal_scores(self._task_raw(entries))
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Embeddings, cost-model scores and log-throughputs of successful measurements (capped)."""

@@ -7,7 +7,10 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
 * `metatune-evolve`, `metatune-task`, `metatune-local` — its ablations: without the task's own prior,
   without the mutation chains, without both; `metatune-early-chains` — chains also in the first batch,
   which the cost model alone picks (the default before); `metatune-deep-chains` — four generations of
-  mutants a batch instead of two (farther from the pool's best);
+  mutants a batch instead of two (farther from the pool's best); `metatune-space-incumbents` — the best
+  configuration of every design space is an incumbent too (neighbours and mutants around it);
+  `metatune-task-chains` — the task's own model (once trained) chooses half the mutation chains' parents and
+  kept mutants, the meta-learned model the other half;
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -62,6 +65,8 @@ BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune-local": {"evolve_children": 0, "task_model": False},
     "metatune-early-chains": {"chains_before_gp": True},  # mutants also in the first batch (the default before)
     "metatune-deep-chains": {"evolve_generations": 4},  # mutation chains twice as long each batch
+    "metatune-space-incumbents": {"incumbents_per_space": 1},  # every design space's best searched around too
+    "metatune-task-chains": {"evolve_task_share": 0.5},  # the task model picks half the chains' parents and mutants
 }
 CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
 STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")

@@ -244,6 +244,28 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     assert any(not e.mutant for e in pool.entries.values()) and strategy.stats.gp_batches == 1
 
 
+def test_task_model_steers_a_share_of_the_chains(target):
+    """`evolve_task_share`: once the task model is trained, it picks that share of the kept mutants
+    (the cost model the rest), so the task's own measurements decide where part of the chains go."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            evolve_children=24, evolve_keep=20, evolve_task_share=0.5)
+    _run_batch(ctx)
+    assert strategy.task_model.ready and strategy.stats.mutants == 0
+    _run_batch(ctx)
+    assert strategy.stats.mutants >= 24
+    pool = strategy.pool
+    mutants = [c for c, e in pool.entries.items() if e.mutant]
+    assert len(mutants) > 8
+    entries = list(pool.entries.values())
+    task_of = {e.cand.config: float(t) for e, t in zip(entries, strategy._task_raw(entries))}
+    by_task = sorted(mutants, key=lambda c: -task_of[c])[:4]
+    by_prior = [c for c in sorted(mutants, key=lambda c: -pool.entries[c].raw) if c not in by_task][:4]
+    pool.keep_best_mutants(8, task_of, 0.5)
+    assert {c for c, e in pool.entries.items() if e.mutant} == set(by_task) | set(by_prior)
+
+
 def test_chains_can_wait_until_the_gp_decides(target):
     """`chains_before_gp=False`: the first batch (the cost model's top picks alone) has no mutants to
     pick from; the chains start with the first batch the GP chooses."""
@@ -256,6 +278,32 @@ def test_chains_can_wait_until_the_gp_decides(target):
     assert not any(e.mutant for e in strategy.pool.entries.values())
     _run_batch(ctx)
     assert strategy.stats.gp_batches == 1 and strategy.stats.mutants >= 24
+
+
+@pytest.mark.parametrize("per_space", [0, 1])
+def test_every_design_space_keeps_an_incumbent(target, per_space):
+    """`incumbents_per_space`: besides the best measured configurations overall, the best of each
+    design space is an incumbent (its neighbours join the pool), however far down the ranking."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            incumbents=2, incumbents_per_space=per_space, evolve_children=0)
+    _run_batch(ctx)
+    _run_batch(ctx)
+    ranked = sorted(strategy.observations, key=lambda c: strategy.observations[c].latency_s)
+    best_of_space = {}
+    for c in ranked:
+        best_of_space.setdefault(c.space, c)
+    assert len(best_of_space) == 3  # the first batch spreads over the three spaces
+    incumbents = strategy._incumbents()
+    assert incumbents[:2] == ranked[:2]
+    if per_space:
+        assert set(incumbents) == set(ranked[:2]) | set(best_of_space.values())
+        strategy.pool.update(2, incumbents, set(strategy.observations))
+        origins = {e.origin.space for e in strategy.pool.entries.values() if e.origin is not None}
+        assert origins == {0, 1, 2}
+    else:
+        assert incumbents == ranked[:2]
 
 
 def test_task_model_learns_the_task_and_its_score_joins_the_gp(target):
