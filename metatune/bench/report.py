@@ -132,8 +132,10 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
     how = (f", each the median of its passes in a fresh process (`unstable`: the median's {CONFIDENCE:.0%} interval "
            f"reaches more than {UNCERTAINTY_LIMIT:.0%} from it, or other processes used the cores)"
            if "fp32_peak" in references else "")  # older references: two in-process passes
+    library = references.get("fp32_peak", {}).get("library")
+    peak_by = f", {library}'s matmul" if library else ""
     lines = [f"Best GFLOPS after each budget of trials (median of repeats); PyTorch eager and the fp32 peak "
-             f"({_fmt(peak)} GFLOPS) measured in the same run{how}.", ""]
+             f"({_fmt(peak)} GFLOPS{peak_by}) measured in the same run{how}.", ""]
     xgb_max = {n: best(runs, n, BASELINE, budgets[-1]) for n in names}
     header = ["workload", "strategy", *[str(b) for b in budgets], f"trials to 95% of xgb@{budgets[-1]}",
               "PyTorch GFLOPS", "% of PyTorch", "% of peak"]

@@ -63,6 +63,7 @@ IDLE_WINDOW_S = 0.05
 IDLE_TIMEOUT_S = 5.0
 SETUP_TIMEOUT_S = 600.0
 TORCH_LIBRARY = "PyTorch eager"
+ONEDNN_LIBRARY = "oneDNN"  # PyTorch's own oneDNN kernels: full AVX-512 on AMD, where its MKL sgemm is not
 
 REFERENCE_BUSY = f"the reference process was still busy {IDLE_TIMEOUT_S:g} s after timing"
 
@@ -74,7 +75,8 @@ class ReferenceSpec:
     """What the reference process times: a workload's PyTorch operator (`name` = workload text),
     a network as its source library runs it (`name` = its `--model` SPEC, `inputs` its given
     shapes; PyTorch networks in eval mode with BatchNorm folded), or a
-    `name`³ fp32 matmul (the machine's practical peak). On `cuda` it runs on GPU 0 (cuDNN/cuBLAS,
+    `name`³ fp32 matmul (the machine's practical peak; `library` "oneDNN": through PyTorch's
+    oneDNN kernels instead of `torch.mm`). On `cuda` it runs on GPU 0 (cuDNN/cuBLAS,
     TF32 off so that it computes what TVM's fp32 kernels compute, cuDNN's autotuner on), and
     every timed call ends with a device synchronisation."""
 
@@ -398,9 +400,7 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float 
     import torch
 
     if spec.kind == "matmul":
-        size = int(spec.name)
-        a, b = torch.randn(size, size, device=spec.device), torch.randn(size, size, device=spec.device)
-        return lambda: torch.mm(a, b), 2.0 * size**3, 0.0
+        return _matmul(int(spec.name), spec.device, spec.library)
     if spec.kind == "operator":
         workload = Workload.parse(spec.name)
         inputs = workload.random_inputs(seed=0)
@@ -425,6 +425,26 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float 
         raise WrongResultError(f"{spec.name} with BatchNorm folded differs from the unfolded network "
                                f"(max rel. error {error:.2e})")
     return call, None, error
+
+
+def _matmul(size: int, device: str, library: str) -> tuple[Callable[[], Any], float, float]:
+    """A size³ fp32 matmul: `torch.mm` (MKL on x86, cuBLAS), or oneDNN's, checked against it."""
+    import torch
+
+    if library not in (TORCH_LIBRARY, ONEDNN_LIBRARY) or (library == ONEDNN_LIBRARY and device != "cpu"):
+        raise MetatuneError(f"no {library} matmul on {device}")
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    if library == TORCH_LIBRARY:
+        return lambda: torch.mm(a, b), 2.0 * size**3, 0.0
+    onednn_a, onednn_w = a.to_mkldnn(), b.t().contiguous().to_mkldnn()  # linear computes a @ w.T
+
+    def call() -> "torch.Tensor":
+        return torch._C._nn.mkldnn_linear(onednn_a, onednn_w)
+
+    error = output_error(call().to_dense().numpy(), torch.mm(a, b).numpy())
+    if not error <= OPERATOR_RTOL:
+        raise WrongResultError(f"oneDNN's {size}³ matmul differs from torch.mm (max rel. error {error:.2e})")
+    return call, 2.0 * size**3, error
 
 
 def _synchronized(fn: Callable[[], Any], device: str) -> Callable[[], Any]:

@@ -84,6 +84,12 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
                for r in references["torch"].values())
     assert all(r["interval_us"][0] <= r["latency_us"] <= r["interval_us"][1] for r in references["torch"].values())
     assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= MAX_PASSES
+    # the peak is the fastest GEMM library's, and says which
+    peak = references["fp32_peak"]
+    assert set(peak["libraries_gflops"]) == {"PyTorch eager", "oneDNN"}
+    assert references["fp32_peak_gflops"] == max(peak["libraries_gflops"].values())
+    assert peak["libraries_gflops"][peak["library"]] == references["fp32_peak_gflops"]
+    assert f"{peak['library']}'s matmul" in table
 
 
 def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset):
@@ -218,7 +224,7 @@ def test_a_strategy_can_name_its_checkpoint(tmp_path):
         assert {r["strategy"] for r in csv.DictReader(f)} == {"random", named}
 
 
-TAKES_A_CHECKPOINT = "only metatune, metatune-evolve, metatune-task, metatune-local, metatune-early-chains, metatune-deep-chains, metatune-space-incumbents, metatune-task-chains, gradient take a checkpoint"
+TAKES_A_CHECKPOINT = "only metatune, metatune-evolve, metatune-task, metatune-local, metatune-early-chains, metatune-deep-chains, metatune-space-incumbents, metatune-task-chains, metatune-task-hedge, gradient take a checkpoint"
 
 
 @pytest.mark.parametrize("strategies, fragment", [

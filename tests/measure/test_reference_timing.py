@@ -22,6 +22,7 @@ from metatune import MetatuneError
 from metatune.env.device import usable_cores
 from metatune.measure.reference_timing import (
     MIN_PASSES,
+    ONEDNN_LIBRARY,
     OTHER_LOAD_LIMIT,
     UNCERTAINTY_LIMIT,
     Estimate,
@@ -173,3 +174,15 @@ def test_a_cuda_reference_is_timed_on_the_gpu_and_checked_against_numpy():
 def test_whole_model_references_stay_on_the_cpu():
     with pytest.raises(MetatuneError, match="CPU only"):
         compare(ReferenceSpec("model", "tinycnn", 1, device="cuda"), None)
+
+
+def test_the_onednn_peak_matmul_is_checked_against_torch_mm_and_timed():
+    """The peak's oneDNN matmul computes a @ b (not a @ b.T: oneDNN's linear transposes its weight)."""
+    timing = compare(ReferenceSpec("matmul", "256", 1, pass_s=0.05, library=ONEDNN_LIBRARY), None)
+    assert timing.max_rel_error is not None and timing.max_rel_error < 1e-5
+    assert timing.flops == 2.0 * 256**3 and timing.reference.median_ms > 0
+
+
+def test_a_peak_library_that_does_not_exist_there_is_one_error():
+    with pytest.raises(MetatuneError, match="no oneDNN matmul on cuda"):
+        compare(ReferenceSpec("matmul", "64", 1, device="cuda", library=ONEDNN_LIBRARY), None)
