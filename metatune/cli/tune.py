@@ -41,7 +41,8 @@ def tune(
                                  "already in the first batch, before the GP decides: the default before), metatune-deep-chains "
                                  "(four generations of mutants a batch instead of two), metatune-space-incumbents (every design "
                                  "space's best measured configuration also searched around), metatune-task-chains (the task's own "
-                                 "model steers half the mutation chains), "
+                                 "model steers half the mutation chains), metatune-task-hedge (that, and a quarter of each batch is the task "
+                                 "model's favourites), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

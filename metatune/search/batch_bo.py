@@ -82,6 +82,7 @@ class BatchBOSettings:
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
     evolve_task_share: float = 0.0  # share of the kept mutants (and parents) chosen by the task model, once trained
     chains_before_gp: bool = False  # mutation chains also while the cost model alone picks (the first batch)
+    task_picks: int = 0  # picks per batch given to the task model's best-scored pool entries, once trained
     task_model: bool = True  # a second prior: XGBModel on this task's own measurements
     per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
@@ -97,6 +98,8 @@ class BatchBOSettings:
             raise ValueError("max_changes must be >= 1")
         if not 0.0 <= self.evolve_task_share <= 1.0:
             raise ValueError("evolve_task_share must be in [0, 1]")
+        if self.task_picks < 0:
+            raise ValueError("task_picks must be >= 0")
 
 
 @dataclass
@@ -114,6 +117,7 @@ class BatchBOStats(SearchStats):
     pool_added: int = 0  # configurations built for the pool (random + neighbours + mutants)
     mutants: int = 0  # of which mutants of the mutation chains
     task_s: float = 0.0  # task model: training and scoring
+    task_picked: int = 0  # proposals chosen by the task model alone (`task_picks`)
     prior_weight: float | None = field(default=None, metadata=LAST)  # last fitted w: trust in the cost model
     task_weight: float | None = field(default=None, metadata=LAST)  # last fitted w of the task model's score
 
@@ -425,7 +429,7 @@ class _BatchBOLogic(SearchLogic):
         picks: list[int] | None = None
         if gp_decides:
             try:
-                picks = self._bo_picks(entries, scores, q)
+                picks = self._bo_picks(entries, scores, q, self._task_favourites(scores, q))
             except Exception as err:  # noqa: BLE001 - degenerate data must not end the run; logged
                 self.stats.fallbacks += 1
                 self._gp_state = None  # do not warm-start the next fit from whatever led here
@@ -440,6 +444,16 @@ class _BatchBOLogic(SearchLogic):
                   for i in picks]
         self.pool.discard(c[1] for c in chosen)
         return chosen  # type: ignore[return-value]
+
+    def _task_favourites(self, scores: np.ndarray, q: int) -> list[int]:
+        """The `task_picks` pool entries the task model scores best (none until it is trained):
+        a hedge for when the GP's trust in the meta-learned prior keeps the batch where the
+        prior is wrong, as on layers where TVM's XGBModel-guided search overtakes late."""
+        n = min(self.settings.task_picks, q - 1)
+        if n <= 0 or self.task_model is None or not self.task_model.ready or scores.ndim < 2:
+            return []
+        order = np.lexsort((-scores[:, 0], -scores[:, 1]))  # task score, ties by the prior's
+        return [int(i) for i in order[:n]]
 
     def _task_raw(self, entries: list[_Entry]) -> np.ndarray:
         """The task model's outputs over the whole pool (zeros until it is trained)."""
@@ -468,8 +482,9 @@ class _BatchBOLogic(SearchLogic):
         y = -np.log(np.array([o.latency_s for o in items]))
         return x, score, y
 
-    def _bo_picks(self, entries: list[_Entry], z: np.ndarray, q: int) -> list[int]:
-        """`z`: the pool's normal scores, (N,) or (N, 2) with the task model's."""
+    def _bo_picks(self, entries: list[_Entry], z: np.ndarray, q: int, chosen: Sequence[int] = ()) -> list[int]:
+        """`z`: the pool's normal scores, (N,) or (N, 2) with the task model's; `chosen`: picks
+        made already, which the GP's batch treats as its first (their fantasies included)."""
         t0 = time.perf_counter()
         x_obs, score_obs, y = self._training_set()
         x_obs, x_pool = bo.unit_cube(x_obs, np.stack([e.embedding for e in entries]))
@@ -481,7 +496,8 @@ class _BatchBOLogic(SearchLogic):
         if not (math.isfinite(float(mean.sum())) and math.isfinite(float(cov.diagonal().sum()))):
             raise FloatingPointError("non-finite GP posterior over the pool")
         picks = bo.greedy_batch(mean, cov, q, surrogate.best_f, 0.0, self.settings.acquisition,  # type: ignore[arg-type]
-                                self.settings.ucb_beta)
+                                self.settings.ucb_beta, chosen=chosen)
+        self.stats.task_picked += len(chosen)
         self.stats.acquire_s += time.perf_counter() - t1
         self.stats.gp_batches += 1
         self.stats.prior_weight = round(surrogate.prior_weight, 4)

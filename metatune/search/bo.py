@@ -231,8 +231,10 @@ def greedy_batch(
     kind: Acquisition = "logei",
     beta: float = 4.0,
     exclude: Sequence[int] = (),
+    chosen: Sequence[int] = (),
 ) -> list[int]:
     """Pick q distinct pool indices: best acquisition, then a Kriging-believer fantasy.
+    `chosen` are picked first, whatever their acquisition (their fantasies shape the rest).
 
     Believing the posterior mean at the pick leaves every mean unchanged and subtracts
     `c c^T / (c_jj + noise)` (c = the pick's covariance column) from the covariance; the
@@ -250,10 +252,14 @@ def greedy_batch(
     if len(exclude):
         taken[list(exclude)] = True
     picks: list[int] = []
-    for _ in range(min(q, n - int(taken.sum()))):
-        acq = acquisition_values(mean, torch.diagonal(cov), best_f, kind, beta)
-        acq = acq.masked_fill(taken, -math.inf)
-        j = int(torch.argmax(acq))
+    forced = [int(j) for j in chosen if not taken[int(j)]]
+    for step in range(min(q, n - int(taken.sum()))):
+        if step < len(forced):
+            j = forced[step]
+        else:
+            acq = acquisition_values(mean, torch.diagonal(cov), best_f, kind, beta)
+            acq = acq.masked_fill(taken, -math.inf)
+            j = int(torch.argmax(acq))
         picks.append(j)
         taken[j] = True
         col = cov[:, j].clone()

@@ -76,6 +76,17 @@ def test_fantasies_spread_the_batch_over_near_copies():
     assert sum(p in near for p in picks) <= 2, picks
 
 
+def test_chosen_picks_come_first_and_their_fantasies_shape_the_rest():
+    sur, pool, _ = _toy()
+    mean, cov = bo.pool_posterior(sur, pool, np.full(len(pool), 0.5))
+    acq = bo.acquisition_values(mean, torch.diagonal(cov), sur.best_f)
+    best, worst = int(torch.argmax(acq)), int(torch.argmin(acq))
+    picks = bo.greedy_batch(mean, cov, 4, sur.best_f, chosen=[worst, best])
+    assert picks[:2] == [worst, best] and len(set(picks)) == 4
+    assert picks[2:] == bo.greedy_batch(mean, cov, 4, sur.best_f)[1:3]  # as after picking the best first
+    assert bo.greedy_batch(mean, cov, 3, sur.best_f, exclude=[best], chosen=[best])[0] != best
+
+
 def test_prior_weight_tracks_an_informative_cost_model():
     rng = np.random.default_rng(1)
     x = rng.random((24, 2))
@@ -264,6 +275,23 @@ def test_task_model_steers_a_share_of_the_chains(target):
     by_prior = [c for c in sorted(mutants, key=lambda c: -pool.entries[c].raw) if c not in by_task][:4]
     pool.keep_best_mutants(8, task_of, 0.5)
     assert {c for c, e in pool.entries.items() if e.mutant} == set(by_task) | set(by_prior)
+
+
+def test_task_picks_give_part_of_each_batch_to_the_task_models_favourites(target):
+    """`task_picks`: once the task model is trained, the batch starts with the pool entries it scores
+    best, whatever the GP thinks of them; the GP picks the rest."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            evolve_children=0, task_picks=3)
+    _run_batch(ctx)
+    assert strategy.task_model.ready and strategy.stats.task_picked == 0  # the first batch: the prior alone
+    mcs = ctx.generate_measure_candidates()
+    assert len(mcs) == 8 and strategy.stats.task_picked == 3
+    rest = strategy._task_raw(list(strategy.pool.entries.values()))  # the pool after the batch left it
+    picked = strategy.task_model.predict(ctx, mcs)
+    assert len(set(rest.tolist())) > 3  # a trained model, not a flat column
+    assert picked[:3].min() >= rest.max()  # the first three: the task model's best of the whole pool
 
 
 def test_chains_can_wait_until_the_gp_decides(target):
