@@ -6,8 +6,9 @@ Settings were chosen by measurement on a 2-core AVX-512 VM (see docs/BENCHMARKS.
   schedule was made, so the build worker does not need the intrinsics registered;
 * `number=1, repeat=5, min_repeat_ms=20`: ranks like TVM's default (Spearman ~0.97) at a
   fraction of the cost; the median of the repeats is the latency;
-* each built candidate can be run once on random inputs and compared with the workload's
-  NumPy reference before it is timed, so a miscompiled schedule is a typed failure.
+* each timed candidate can then be run once here on random inputs and compared with the
+  workload's NumPy reference, so a miscompiled schedule is a typed failure (after the timing,
+  so that this process's kernel threads are not running beside the runner's).
 A failed candidate never aborts a run: every candidate gets a `MeasureResult`. Ctrl-C or SIGTERM
 (under `stop_on_signals`) drops the batch in flight: `measure` raises `Interrupted` instead of
 returning results the signal may have spoilt (env/interrupt.py).
@@ -154,7 +155,7 @@ class Measurer:
             pool.shutdown()
 
     def measure(self, workload: Workload, candidates: Sequence["MeasureCandidate"]) -> list[MeasureResult]:
-        """Build, optionally verify, and time every candidate; failures are typed, not raised."""
+        """Build, time, and optionally verify every candidate; failures are typed, not raised."""
         if not candidates:
             return []
         with uninterrupted():
@@ -177,23 +178,29 @@ class Measurer:
                 pending.append((i, b.artifact_path))
         try:
             raise_if_stopped()  # the batch will be dropped: time none of it
-            # A remote runner sets verify_locally=False when this host cannot run the remote's code.
-            if self.settings.verify and getattr(self.runner, "verify_locally", True):
-                t0 = time.perf_counter()
-                pending = [(i, p) for i, p in pending if self._verify(workload, p, results, i)]
-                self.timings["verify_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             futures = self.runner.run(
                 [RunnerInput(path, self.device_type, candidates[i].args_info) for i, path in pending]
             )
-            for (i, _), future in zip(pending, futures):
+            timed: list[tuple[int, str]] = []
+            for (i, path), future in zip(pending, futures):
                 r = future.result()
                 if r.error_msg:
                     kind = FailureKind.RUN_TIMEOUT if "Timeout" in r.error_msg else FailureKind.RUN_ERROR
                     results[i] = MeasureResult(failure=kind, message=_first_line(r.error_msg))
                 else:
                     results[i] = MeasureResult(latencies_s=[float(x) for x in r.run_secs])
+                    timed.append((i, path))
             self.timings["run_s"] += time.perf_counter() - t0
+            # Checked after the batch is timed, never before: TVM's thread pool in this process spins
+            # on after running a kernel, and on a 2-core host it took a core from the runner's timing
+            # (a depthwise batch read 19% slow: docs/BENCHMARKS.md, "Checked before timed").
+            # A remote runner sets verify_locally=False when this host cannot run the remote's code.
+            if self.settings.verify and getattr(self.runner, "verify_locally", True):
+                t0 = time.perf_counter()
+                for i, path in timed:
+                    self._verify(workload, path, results, i)
+                self.timings["verify_s"] += time.perf_counter() - t0
         finally:
             for b in built:
                 if b.artifact_path:

@@ -39,6 +39,7 @@ from metatune.tune.tuner import (
     progress_callback,
     resumed_seed,
     search_seconds,
+    search_threads,
     strategy_parts,
     tuning_loop,
     warm_start,
@@ -135,7 +136,8 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
     detach_unnamed_meta_schedule_log_handlers()
     loggers = get_loggers_from_work_dir(str(db_dir), [t.task_name for t in tasks])
     return [
-        task_context(task, target, search_strategy=search, logger=log, rand_state=rand, num_threads=1).clone()
+        task_context(task, target, search_strategy=search, logger=log, rand_state=rand,
+                     num_threads=search_threads()).clone()
         for task, search, log, rand in zip(tasks, searches, loggers, fork_seed(seed, n=len(tasks)))
     ]
 
@@ -166,7 +168,7 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
             tuners[task.task_name], searches[i] = "xgb-fallback", "evolutionary"
     # Routed even when every task is encodable: a later candidate that fails to encode moves its
     # task to XGBModel instead of ending the run.
-    fallback = ms.cost_model.CostModel.create("xgb", num_tuning_cores=1, tree_method="auto")
+    fallback = ms.cost_model.CostModel.create("xgb", num_tuning_cores=search_threads(), tree_method="auto")
     notes = [] if len(encodable) == len(tasks) else [
         f"metatune's cost model encodes {len(encodable)} of {len(tasks)} tasks; the other "
         f"{len(tasks) - len(encodable)} are tuned with XGBModel + EvolutionarySearch (TVM's default; "

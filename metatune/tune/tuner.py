@@ -38,6 +38,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.env.device import usable_cores
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
@@ -296,6 +297,16 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     return setup
 
 
+def search_threads() -> int:
+    """Threads for TVM's side of tuning: EvolutionarySearch's sampling, mutation and
+    postprocessors, and XGBModel's training. Every usable core, as metatune's own pool building
+    has (`metatune.space.parallel`), so that TVM's tuners and metatune search on the same
+    machine: on CUDA, where VerifyGPUCode lowers every candidate, one thread made a batch of 16
+    take minutes. TVM hands work to its threads as they come free, so on several threads a seed
+    no longer fixes EvolutionarySearch's candidates."""
+    return usable_cores()
+
+
 def resumed_seed(seed: int, done: int) -> int:
     """The seed of a run that continues from `done` trials already in its database: `seed` for a
     fresh run, another one per resume point. Samplers seeded from it draw anew instead of repeating
@@ -356,7 +367,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
             ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
                         runner=measurer.runner, database=database, cost_model=cost_model, strategy=search,
-                        measure_callbacks=callbacks, seed=seed, num_tuning_cores=1)
+                        measure_callbacks=callbacks, seed=seed, num_tuning_cores=search_threads())
         profile = {k: float(v) for k, v in profiler.get().items()}
     wall = time.perf_counter() - start
     latencies = measured_latencies(db_dir, mod)
@@ -400,7 +411,8 @@ def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[An
     if cost_model == "random":
         return cost_model
     if isinstance(cost_model, str):
-        cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=1, tree_method="auto")
+        cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=search_threads(),
+                                                    tree_method="auto")
     records = database.get_all_tuning_records()
     for mod, task_name in tasks:
         if not database.has_workload(mod):
@@ -413,7 +425,7 @@ def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[An
         results = [ms.runner.RunnerResult(run_secs=rec.run_secs if good else None,
                                           error_msg=None if good else "failed in an earlier run")
                    for rec, good in zip(mine, ok)]
-        context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=1)
+        context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=search_threads())
         cost_model.update(context, [rec.as_measure_candidate() for rec in mine], results)
     return cost_model
 

@@ -54,3 +54,29 @@ def test_build_failure_is_typed_not_raised(target):
     cands = DesignSpaces(workload, target).random_candidates(2, seed=0)
     results = tight.measure(workload, [c.measure_candidate() for c in cands])
     assert all(r.failure in (FailureKind.BUILD_TIMEOUT, FailureKind.BUILD_ERROR) for r in results)
+
+
+def test_candidates_are_checked_after_the_batch_is_timed(target):
+    """Checking runs each kernel in this process, whose TVM threads then spin for a while: done
+    before the runner times the batch, they took a core from it (docs/BENCHMARKS.md, "Checked before timed")."""
+    workload = Workload.parse(SMALL_SHAPES["dense"])
+    measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1))
+    events: list[str] = []
+    runner_run, verify = measurer.runner.run, measurer._verify
+
+    class RecordingRunner:
+        verify_locally = True
+
+        def run(self, inputs):
+            events.append("time")
+            return runner_run(inputs)
+
+    def recording_verify(*args):
+        events.append("check")
+        return verify(*args)
+
+    measurer.runner, measurer._verify = RecordingRunner(), recording_verify
+    cands = DesignSpaces(workload, target).random_candidates(2, seed=0)
+    results = measurer.measure(workload, [c.measure_candidate() for c in cands])
+    assert all(r.ok for r in results), [r.message for r in results]
+    assert events == ["time", "check", "check"]

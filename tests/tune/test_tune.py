@@ -273,3 +273,24 @@ def test_native_output_goes_to_the_log_while_python_stderr_stays_on_the_console(
     assert "`-mcpu=notacpu` " + NATIVE_WARNING in log.read_text()
     assert "progress line" in proc.stderr and "`-mcpu=notacpu` " not in proc.stderr, proc.stderr
     assert "`-mcpu=notacpu2` " + NATIVE_WARNING in proc.stderr and "notacpu2" not in log.read_text()
+
+
+def test_tvm_search_runs_on_every_core_like_metatunes_own(tmp_path, monkeypatch):
+    """TVM's EvolutionarySearch gets the cores metatune's pool building gets: on one thread its
+    postprocessors made a CUDA batch of 16 take minutes, and wall times compared unlike with like."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.env.device import usable_cores
+    from metatune.tune.tuner import tune_workload
+
+    asked: dict = {}
+    real_tune_tir = ms.tune_tir
+
+    def recording_tune_tir(*args, **kwargs):
+        asked.update(kwargs)
+        return real_tune_tir(*args, **kwargs)
+
+    monkeypatch.setattr(ms, "tune_tir", recording_tune_tir)
+    result = tune_workload(Workload.parse(SMALL), 8, "xgb", tmp_path / "db", trials_per_iter=8)
+    assert result.trials == 8 and result.verified
+    assert asked["num_tuning_cores"] == usable_cores()
