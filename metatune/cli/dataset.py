@@ -20,7 +20,7 @@ def dataset_build(
     runner: str = typer.Option("local", help=RUNNER_HELP),
     workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
     batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
-    verify: bool = typer.Option(True, help="Check each build against NumPy before timing it."),
+    verify: bool = typer.Option(True, help="Check each timed build against NumPy (after the batch is timed, so the check never runs beside the timing)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
 ) -> None:
     """Sample workloads from a spec and measure random configurations into a TVM JSON database.
