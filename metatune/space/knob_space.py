@@ -26,6 +26,7 @@ import numpy as np
 from metatune import MetatuneError
 from metatune.env.tvm_setup import import_tensor_intrinsics
 from metatune.space.parallel import build_until_accepted, collect_new, count
+from metatune.space.shared_memory import shared_memory_bytes, shared_memory_limit
 from metatune.space.threads import ThreadLimit, thread_axis_sized_by, thread_limits
 from metatune.workload.operators import Workload
 
@@ -106,6 +107,7 @@ class DesignSpaces:
         )
         self.spaces: list["Schedule"] = _generate_design_spaces(self.context, workload)
         self.postprocs = list(self.context.space_generator.postprocs)
+        self.shared_memory_limit = shared_memory_limit(target)
         self.rejected: collections.Counter[str] = collections.Counter()
         if not self.spaces:
             raise SpaceError(f"no MetaSchedule design space covers {workload}")
@@ -118,6 +120,7 @@ class DesignSpaces:
         self.target, self.mod, self.context = context.target, context.mod, context
         self.spaces = list(design_spaces) if design_spaces is not None else _generate_design_spaces(context, self.workload)
         self.postprocs = list(context.space_generator.postprocs)
+        self.shared_memory_limit = shared_memory_limit(context.target)
         self.rejected = collections.Counter()
         if not self.spaces:
             raise SpaceError(f"task {self.workload!r} has no design space")
@@ -126,10 +129,14 @@ class DesignSpaces:
     def __len__(self) -> int:
         return len(self.spaces)
 
-    def postprocess(self, sch: "Schedule") -> bool:
-        """Apply the postprocessors in place; False when the schedule is invalid."""
+    def postprocess(self, sch: "Schedule") -> str | None:
+        """Apply the postprocessors in place; why the schedule is invalid, or None when it is valid.
+        On a GPU a schedule whose shared buffers cannot fit a thread block is turned down first,
+        for a fraction of what VerifyGPUCode's lowering costs (shared_memory.py)."""
+        if self.shared_memory_limit is not None and shared_memory_bytes(sch.mod) > self.shared_memory_limit:
+            return "shared memory"
         sch.enter_postproc()
-        return all(p.apply(sch) for p in self.postprocs)
+        return None if all(p.apply(sch) for p in self.postprocs) else "postprocessor"
 
     def replay(self, space_index: int, trace: "Trace", seed: int) -> Candidate | None:
         """Replay a design-space trace (decisions it lacks are sampled) and postprocess it."""
@@ -143,8 +150,8 @@ class DesignSpaces:
             # inlines a block the trace still refers to): the configuration is not in the space.
             count(self.rejected, f"replay: {str(err).strip().splitlines()[-1][:80]}")
             return None
-        if not self.postprocess(sch):
-            count(self.rejected, "postprocessor")
+        if (problem := self.postprocess(sch)) is not None:
+            count(self.rejected, problem)
             return None
         return Candidate(space_index, sch)
 
@@ -477,8 +484,8 @@ class KnobSpace:
         if expect is not None and config != expect:
             count(self.rejected, "snapped compute location")
             return None
-        if postprocess and not self.spaces.postprocess(sch):
-            count(self.rejected, "postprocessor")
+        if postprocess and (problem := self.spaces.postprocess(sch)) is not None:
+            count(self.rejected, problem)
             return None
         return Candidate(self.index, sch, config)
 

@@ -65,6 +65,42 @@ def test_thread_limits_exclude_only_what_tvm_rejects():
     assert broken > kept
 
 
+def test_shared_memory_check_turns_down_only_what_verifygpucode_rejects():
+    """Tilings whose shared buffers cannot fit a thread block are turned down before the
+    postprocessors: VerifyGPUCode rejects every one of them too, and they are most of what it
+    rejects (ResNet-18 C6; small shapes never reach the limit)."""
+    from tvm.s_tir import Schedule, Trace
+
+    from metatune.space.shared_memory import shared_memory_bytes
+
+    space = SearchSpace(DesignSpaces(Workload.parse("conv2d:n=1,c=128,h=28,w=28,k=128,r=3,s=3,stride=1,pad=1"),
+                                     tvm.target.Target(H100)))
+    spaces, limit = space.knob_spaces[0].spaces, space.knob_spaces[0].spaces.shared_memory_limit
+    assert limit == 49152
+    rng = np.random.default_rng(0)
+    replayed = rejected = rejected_over = 0
+    for i in range(20000):
+        ks = space.knob_spaces[i % len(space.knob_spaces)]
+        decisions = [k.choices[int(rng.integers(len(k.choices)))] for k in ks.knobs]
+        if ks.check(ks.default._replace(decisions=tuple(decisions))) is not None:
+            continue  # outside the thread limits: turned down before any replay
+        if replayed == 40:
+            break
+        replayed += 1
+        sch = Schedule(spaces.mod, seed=1)
+        Trace(ks.insts, {ks.insts[k.inst_index]: v for k, v in zip(ks.knobs, decisions)}).apply_to_schedule(
+            sch, remove_postproc=True)
+        too_large = shared_memory_bytes(sch.mod) > limit
+        sch.enter_postproc()
+        accepted = all(p.apply(sch) for p in spaces.postprocs)
+        assert not (too_large and accepted), "a schedule VerifyGPUCode accepts was turned down"
+        rejected += not accepted
+        rejected_over += too_large and not accepted
+    assert rejected >= 20 and rejected_over >= rejected / 2, (rejected, rejected_over)
+    space.sample_candidates(4, seed=0)
+    assert sum(ks.rejected["shared memory"] for ks in space.knob_spaces) > 0
+
+
 def test_sampling_and_neighbours_keep_the_thread_limits():
     space = cuda_search_space("dense")
     rng = np.random.default_rng(0)
