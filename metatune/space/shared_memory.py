@@ -10,6 +10,7 @@ buffer, never shrink it further, so no schedule that VerifyGPUCode accepts is dr
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -29,18 +30,23 @@ def shared_memory_limit(target: "tvm.target.Target") -> int | None:
 
 def shared_memory_bytes(mod: "tvm.IRModule") -> int:
     """Bytes of the shared buffers of a scheduled (not yet lowered) module's `main`, compacted."""
-    import tvm
-    from tvm.s_tir import transform
-
-    compact = tvm.transform.Sequential([
-        transform.LowerInitBlock(), transform.PlanAndUpdateBufferAllocationLocation(),
-        transform.ConvertBlocksToOpaque(), transform.CompactBufferAllocation(),
-    ])
     total = 0
-    for buffer in _allocated_buffers(compact(mod)["main"].body):
+    for buffer in _allocated_buffers(_compaction()(mod)["main"].body):
         if buffer.scope() in SHARED_SCOPES:
             total += math.prod(int(extent) for extent in buffer.shape) * buffer.dtype.itemsize
     return total
+
+
+@functools.lru_cache(maxsize=1)
+def _compaction() -> Any:
+    """The passes that size buffers as lowering does, built once (this runs for every GPU candidate)."""
+    import tvm
+    from tvm.s_tir import transform
+
+    return tvm.transform.Sequential([
+        transform.LowerInitBlock(), transform.PlanAndUpdateBufferAllocationLocation(),
+        transform.ConvertBlocksToOpaque(), transform.CompactBufferAllocation(),
+    ])
 
 
 def _type_key(node: Any) -> str:
