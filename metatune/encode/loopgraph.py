@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from metatune import MetatuneError
+from metatune.env.tvm_nodes import type_key
 
 if TYPE_CHECKING:
     import tvm
@@ -160,20 +161,6 @@ def _binary(op: Callable[[int, int], int], a: Rep, b: Rep) -> Rep:
         if change:
             deltas[key] = change
     return base, deltas
-
-
-_TYPE_KEYS: dict[type, str] = {}
-
-
-def type_key(obj: Any) -> str:
-    """The FFI type key (e.g. `tirx.For`), cached per Python class."""
-    cls = type(obj)
-    key = _TYPE_KEYS.get(cls)
-    if key is None:
-        info = getattr(cls, "__tvm_ffi_type_info__", None)
-        key = info.type_key if info is not None else cls.__name__
-        _TYPE_KEYS[cls] = key
-    return key
 
 
 def evaluate(expr: Any, env: dict[int, Rep]) -> Rep:

@@ -14,6 +14,8 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
+from metatune.env.tvm_nodes import type_key
+
 if TYPE_CHECKING:
     import tvm
 
@@ -49,13 +51,9 @@ def _compaction() -> Any:
     ])
 
 
-def _type_key(node: Any) -> str:
-    return type(node).__tvm_ffi_type_info__.type_key
-
-
 def _allocated_buffers(node: Any) -> list[Any]:
     """Every buffer a block in this statement tree allocates."""
-    key = _type_key(node)
+    key = type_key(node)
     if key == "tirx.SeqStmt":
         return [b for child in node.seq for b in _allocated_buffers(child)]
     if key == "s_tir.SBlockRealize":

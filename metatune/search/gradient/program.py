@@ -27,7 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, Union
 
-from metatune.encode.loopgraph import extract, type_key
+from metatune.encode.loopgraph import extract
+from metatune.env.tvm_nodes import type_key
 from metatune.search.gradient import NotDifferentiable
 from metatune.space.knob_space import CATEGORICAL, COMPUTE_LOCATION, PARTITIONED_TILE, TILE
 
