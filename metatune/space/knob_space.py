@@ -133,8 +133,10 @@ class DesignSpaces:
         """Apply the postprocessors in place; why the schedule is invalid, or None when it is valid.
         On a GPU a schedule whose shared buffers cannot fit a thread block is turned down first,
         for a fraction of what VerifyGPUCode's lowering costs (shared_memory.py)."""
-        if self.shared_memory_limit is not None and shared_memory_bytes(sch.mod) > self.shared_memory_limit:
-            return "shared memory"
+        if self.shared_memory_limit is not None:
+            size = shared_memory_bytes(sch.mod)
+            if size is not None and size > self.shared_memory_limit:
+                return "shared memory"
         sch.enter_postproc()
         return None if all(p.apply(sch) for p in self.postprocs) else "postprocessor"
 

@@ -65,10 +65,10 @@ def test_thread_limits_exclude_only_what_tvm_rejects():
     assert broken > kept
 
 
-def test_shared_memory_check_turns_down_only_what_verifygpucode_rejects():
-    """Tilings whose shared buffers cannot fit a thread block are turned down before the
-    postprocessors: VerifyGPUCode rejects every one of them too, and they are most of what it
-    rejects (ResNet-18 C6; small shapes never reach the limit)."""
+def test_shared_memory_check_turns_down_what_verifygpucode_rejects_and_nothing_else():
+    """Tilings whose shared buffers cannot fit a thread block (pipeline stages included) are
+    turned down before the postprocessors: VerifyGPUCode rejects every one of them too, and on
+    ResNet-18 C6 they are all it rejects (small shapes never reach the limit)."""
     from tvm.s_tir import Schedule, Trace
 
     from metatune.space.shared_memory import shared_memory_bytes
@@ -90,13 +90,15 @@ def test_shared_memory_check_turns_down_only_what_verifygpucode_rejects():
         sch = Schedule(spaces.mod, seed=1)
         Trace(ks.insts, {ks.insts[k.inst_index]: v for k, v in zip(ks.knobs, decisions)}).apply_to_schedule(
             sch, remove_postproc=True)
-        too_large = shared_memory_bytes(sch.mod) > limit
+        size = shared_memory_bytes(sch.mod)
+        assert size is not None
+        too_large = size > limit
         sch.enter_postproc()
         accepted = all(p.apply(sch) for p in spaces.postprocs)
         assert not (too_large and accepted), "a schedule VerifyGPUCode accepts was turned down"
         rejected += not accepted
         rejected_over += too_large and not accepted
-    assert rejected >= 20 and rejected_over >= rejected / 2, (rejected, rejected_over)
+    assert rejected >= 20 and rejected_over == rejected, (rejected, rejected_over)
     space.sample_candidates(4, seed=0)
     assert sum(ks.rejected["shared memory"] for ks in space.knob_spaces) > 0
 
