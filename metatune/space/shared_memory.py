@@ -37,7 +37,7 @@ def shared_memory_bytes(mod: "tvm.IRModule") -> int | None:
     multi-buffered; None when the passes cannot size it (then the postprocessors decide)."""
     try:
         sized = _sizing()(mod)
-    except RuntimeError:  # TVM's errors; VerifyGPUCode's own lowering rejects what fails here
+    except RuntimeError:  # a TVM error: VerifyGPUCode's own lowering decides instead
         return None
     total = 0
     for buffer in _allocated_buffers(sized["main"].body):
