@@ -59,7 +59,6 @@ def broken_constraint(sch, target) -> str:
 
 def survey(workload: str, target_text: str, replays: int, seed: int) -> None:
     import tvm
-    from tvm.s_tir import Schedule, Trace
 
     from metatune.space.knob_space import DesignSpaces, SearchSpace
     from metatune.space.shared_memory import shared_memory_bytes
@@ -77,13 +76,11 @@ def survey(workload: str, target_text: str, replays: int, seed: int) -> None:
     while done < replays and draws < 1000 * replays:
         ks = space.knob_spaces[draws % len(space.knob_spaces)]
         draws += 1
-        decisions = [k.choices[int(rng.integers(len(k.choices)))] for k in ks.knobs]
-        if ks.check(ks.default._replace(decisions=tuple(decisions))) is not None:
+        config = ks.default._replace(decisions=tuple(k.choices[int(rng.integers(len(k.choices)))] for k in ks.knobs))
+        if ks.check(config) is not None or (candidate := ks.schedule(config, postprocess=False)) is None:
             continue
         done += 1
-        sch = Schedule(spaces.mod, seed=1)
-        Trace(ks.insts, {ks.insts[k.inst_index]: v for k, v in zip(ks.knobs, decisions)}).apply_to_schedule(
-            sch, remove_postproc=True)
+        sch = candidate.sch
         start = time.perf_counter()
         size = shared_memory_bytes(sch.mod)
         check_ms.append(1e3 * (time.perf_counter() - start))
