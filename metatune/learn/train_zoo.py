@@ -1,8 +1,9 @@
-"""`make train-zoo`: for every device config in train/configs/, make sure its dataset exists
-(building it from the config's spec when it is missing), train, evaluate and publish."""
+"""`make train-zoo`: for every device config in train/configs/ (or the devices named), make sure its
+dataset exists (building it from the config's spec when it is missing), train, evaluate and publish."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -18,13 +19,20 @@ from metatune.zoo import publish
 
 
 def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Path = REPO_ROOT / "runs",
-              zoo_dir: Path | None = None) -> list[str]:
-    configs = sorted(configs_dir.glob("*.yaml"))
+              zoo_dir: Path | None = None, devices: list[str] | None = None) -> list[str]:
+    """Train and publish every config's device, or only `devices` (device ids) when given."""
+    configs = [(path, load_config(path)) for path in sorted(configs_dir.glob("*.yaml"))]
     if not configs:
         raise MetatuneError(f"no training configs in {configs_dir}")
+    if devices:
+        known = {config.device_id for _, config in configs}
+        unknown = [device for device in devices if device not in known]
+        if unknown:
+            raise MetatuneError(f"no training config in {configs_dir} for {', '.join(unknown)}; "
+                                f"configs exist for {', '.join(sorted(known))}")
+        configs = [(path, config) for path, config in configs if config.device_id in devices]
     published = []
-    for path in configs:
-        config = load_config(path)
+    for path, config in configs:
         data = REPO_ROOT / config.dataset
         if read_card(data) is None:
             if config.spec is None:
@@ -46,9 +54,13 @@ def train_all(configs_dir: Path = REPO_ROOT / "train" / "configs", runs_dir: Pat
     return published
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="make train-zoo", description=__doc__)
+    parser.add_argument("devices", nargs="*", metavar="DEVICE_ID",
+                        help="only these devices' configs (e.g. x86_64-znver5-2c); default: every config")
+    args = parser.parse_args(argv)
     try:
-        train_all()
+        train_all(devices=args.devices)
     except MetatuneError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -20,3 +20,29 @@ def test_a_missing_dataset_of_another_device_is_not_measured_here(tmp_path):
     with pytest.raises(MetatuneError, match="can only be measured on x86_64-elsewhere-64c"):
         train_all(configs, tmp_path / "runs", tmp_path / "zoo")
     assert not (tmp_path / "missing").exists()
+
+
+def test_naming_a_device_without_a_config_is_an_error_before_anything_runs(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "x86_64-sapphirerapids-2c.yaml").write_text(CONFIG.read_text())
+    with pytest.raises(MetatuneError, match="no training config .* for x86_64-nowhere-2c; configs exist for "
+                                            "x86_64-sapphirerapids-2c"):
+        train_all(configs, tmp_path / "runs", tmp_path / "zoo", devices=["x86_64-nowhere-2c"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_only_the_named_devices_are_trained(tmp_path):
+    """The other device's config points at a dataset that is missing and cannot be measured here: were it
+    not skipped, train_all would raise."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    text = CONFIG.read_text().replace("device_id: x86_64-sapphirerapids-2c", "device_id: x86_64-elsewhere-64c")
+    (configs / "elsewhere.yaml").write_text(text.replace("dataset: datasets/x86_64-sapphirerapids-2c",
+                                                         f"dataset: {tmp_path / 'missing'}"))
+    (configs / "other.yaml").write_text(text.replace("x86_64-elsewhere-64c", "x86_64-other-64c")
+                                        .replace("dataset: datasets/x86_64-sapphirerapids-2c",
+                                                 f"dataset: {tmp_path / 'missing-too'}"))
+    with pytest.raises(MetatuneError, match="can only be measured on x86_64-other-64c"):
+        train_all(configs, tmp_path / "runs", tmp_path / "zoo", devices=["x86_64-other-64c"])
+    assert not (tmp_path / "missing").exists()
