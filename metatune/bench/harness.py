@@ -168,7 +168,9 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
                                checkpoint=checkpoint or config.checkpoint, runner=config.runner,
                                trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
                                transfer=transfer, target=config.target).to_json()
-        result.update(name=key.workload, strategy=key.strategy, repeat=key.repeat, resumed=previous > 0,
+        # a segment killed before writing its result leaves records but no result file: the database tells
+        resumed = previous > 0 or result["timed_trials"] < result["trials"]
+        result.update(name=key.workload, strategy=key.strategy, repeat=key.repeat, resumed=resumed,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         result = merge_segments(earlier_results[key], result)
         write_json(key.result_path(config.out), result)

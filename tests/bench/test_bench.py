@@ -147,6 +147,11 @@ def test_a_resumed_run_adds_its_segments_times(tmp_path):
     assert (resumed["trials"], resumed["timed_trials"], resumed["resumed"]) == (4, 4, True)
     assert resumed["wall_s"] > earlier["wall_s"] and resumed["measure_s"] > earlier["measure_s"]
     assert resumed["started"] == earlier["started"]  # tables order workloads by when their runs began
+    path.unlink()  # as a segment killed before writing its result leaves the run: records in the database only
+    killed = run_cli(*args, "--budgets", "2,6")
+    assert killed.returncode == 0, killed.stderr[-2000:]
+    after_kill = json.loads(path.read_text())
+    assert (after_kill["trials"], after_kill["timed_trials"], after_kill["resumed"]) == (6, 2, True)
 
 
 def test_times_of_a_killed_segment_are_not_counted_as_timed():
