@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import spearmanr
 
 
 def pick(latencies: list[float], count: int, rng: np.random.Generator) -> list[int]:
@@ -29,11 +30,6 @@ def pick(latencies: list[float], count: int, rng: np.random.Generator) -> list[i
     return fast + list(rng.choice(rest, size=min(count - len(fast), len(rest)), replace=False))
 
 
-def spearman(a: list[float], b: list[float]) -> float:
-    ranks = [np.argsort(np.argsort(x)) for x in (a, b)]
-    return float(np.corrcoef(*ranks)[0, 1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", type=Path, help="a dataset directory, e.g. datasets/x86_64-sapphirerapids-2c")
@@ -43,6 +39,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every program's stored and new latency here")
     args = parser.parse_args()
 
+    from metatune.bench.report import geomean
     from metatune.dataset.card import read_card
     from metatune.dataset.store import DatasetStore
     from metatune.env.device import local_fingerprint
@@ -75,7 +72,7 @@ def main() -> None:
             if len(pairs) >= 3:
                 entry.update(ratio_median=statistics.median(ratios), ratio_q10=float(np.quantile(ratios, 0.1)),
                              ratio_q90=float(np.quantile(ratios, 0.9)),
-                             spearman=spearman([p[0] for p in pairs], [p[1] for p in pairs]),
+                             spearman=float(spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic),
                              best_ratio=min(p[1] for p in pairs) / min(p[0] for p in pairs))
                 print(f"{store.dir.name:48s} now/stored median {entry['ratio_median']:.3f} "
                       f"(10-90% {entry['ratio_q10']:.3f}-{entry['ratio_q90']:.3f}), fastest {entry['best_ratio']:.3f}, "
@@ -83,8 +80,7 @@ def main() -> None:
             out[store.dir.name] = entry
     medians = [e["ratio_median"] for e in out.values() if "ratio_median" in e]
     if medians:
-        geomean = float(np.exp(np.mean(np.log(medians))))
-        print(f"geomean over {len(medians)} workloads of the median now/stored latency: {geomean:.3f}")
+        print(f"geomean over {len(medians)} workloads of the median now/stored latency: {geomean(medians):.3f}")
     if args.json:
         args.json.write_text(json.dumps({"dataset": str(args.dataset), "here": here.to_json(),
                                          "there": card["device"], "workloads": out}, indent=1) + "\n")

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
-from bench.retime_dataset import pick, spearman
+from bench.retime_dataset import pick
 from metatune.dataset.card import write_card
 
 
@@ -17,12 +16,6 @@ def test_half_of_the_picks_come_from_the_fastest_quarter():
     chosen = pick(latencies, 8, np.random.default_rng(0))
     assert len(chosen) == len(set(chosen)) == 8
     assert sum(latencies[i] <= 10 for i in chosen) >= 4  # the fastest quarter: latencies 1..10
-
-
-def test_spearman_of_a_monotone_relabelling_is_one_and_of_a_reversal_minus_one():
-    a = [3.0, 1.0, 2.0, 5.0]
-    assert spearman(a, [x * 1.3 for x in a]) == pytest.approx(1.0)
-    assert spearman(a, [-x for x in a]) == pytest.approx(-1.0)
 
 
 def test_a_dataset_of_another_device_is_refused(tmp_path):
