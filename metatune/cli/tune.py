@@ -42,7 +42,8 @@ def tune(
                                  "(four generations of mutants a batch instead of two), metatune-space-incumbents (every design "
                                  "space's best measured configuration also searched around), metatune-task-chains (the task's own "
                                  "model steers half the mutation chains), metatune-task-hedge (that, and a quarter of each batch is the task "
-                                 "model's favourites), "
+                                 "model's favourites), metatune-factor-moves (neighbours and mutants move one tile factor "
+                                 "between two levels, as TVM's MutateTileSize, instead of any other tiling), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

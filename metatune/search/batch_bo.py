@@ -47,7 +47,7 @@ import numpy as np
 from metatune.search import bo
 from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
 from metatune.search.task_model import TaskModel
-from metatune.space.knob_space import Candidate, Config, SearchSpace
+from metatune.space.knob_space import ANY_TILING, TILE_MOVES, Candidate, Config, SearchSpace
 from metatune.space.parallel import collect_new
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ class BatchBOSettings:
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
     evolve_keep: int = 256  # mutants kept in the pool, best-scored first
     max_changes: int = 3  # a mutant changes 1..max_changes knobs of its parent
+    tile_moves: str = ANY_TILING  # how far a neighbour's or mutant's tile knob moves (`knob_space.TILE_MOVES`)
     evolve_task_share: float = 0.0  # share of the kept mutants (and parents) chosen by the task model, once trained
     chains_before_gp: bool = False  # mutation chains also while the cost model alone picks (the first batch)
     task_picks: int = 0  # picks per batch given to the task model's best-scored pool entries, once trained
@@ -96,6 +97,8 @@ class BatchBOSettings:
             raise ValueError("the evolve_* settings must be >= 0")
         if self.max_changes < 1:
             raise ValueError("max_changes must be >= 1")
+        if self.tile_moves not in TILE_MOVES:
+            raise ValueError(f"tile_moves must be one of {', '.join(TILE_MOVES)}, not {self.tile_moves!r}")
         if not 0.0 <= self.evolve_task_share <= 1.0:
             raise ValueError("evolve_task_share must be in [0, 1]")
         if self.task_picks < 0:
@@ -211,7 +214,7 @@ class CandidatePool:
             parent = parents[int(self.rng.integers(len(parents)))]
             moves.append((parent, int(self.rng.integers(1, self.settings.max_changes + 1))))
         added: list[_Entry] = []
-        for cand in self.space.neighbours(moves, self.rng):
+        for cand in self.space.neighbours(moves, self.rng, tile_moves=self.settings.tile_moves):
             if cand is None or cand.config in self.entries or cand.config in avoid:
                 continue
             added.append(self._add(cand, None, batch, mutant=True))
@@ -238,7 +241,8 @@ class CandidatePool:
         if n <= 0 or len(knobs) == 0 or incumbent in self.exhausted:
             return 0
         found = collect_new(n, n + n // 2 + 8,  # collisions are rare in a big space; a small one gets marked exhausted
-                            lambda k: self.space.neighbours([(incumbent, 1)] * k, self.rng),
+                            lambda k: self.space.neighbours([(incumbent, 1)] * k, self.rng,
+                                                            tile_moves=self.settings.tile_moves),
                             key=lambda c: c.config, known=lambda c: c in self.entries or c in avoid)
         for cand in found:
             self._add(cand, incumbent, batch)

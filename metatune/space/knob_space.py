@@ -190,6 +190,9 @@ TILE = "tile"
 PARTITIONED_TILE = "partitioned_tile"
 CATEGORICAL = "categorical"
 COMPUTE_LOCATION = "compute_location"
+ANY_TILING = "any"  # a moved tile knob takes any other perfect tiling of its loop
+FACTOR_MOVE = "factor"  # ... or one divisor moved from one level to another (TVM's MutateTileSize)
+TILE_MOVES = (ANY_TILING, FACTOR_MOVE)
 _SAMPLE_KINDS = {
     "SamplePerfectTile": TILE,
     "SamplePartitionedTile": PARTITIONED_TILE,
@@ -260,6 +263,19 @@ def perfect_tilings(extent: int, n: int, max_innermost: int = -1) -> tuple[tuple
     return tuple(result)
 
 
+def is_factor_move(tile: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether `other` is `tile` with one divisor d > 1 of one level's factor moved to one other
+    level: exactly two levels differ, one divided by d and the other multiplied by it."""
+    if len(tile) != len(other):
+        return False
+    changed = [i for i, (a, b) in enumerate(zip(tile, other)) if a != b]
+    if len(changed) != 2:
+        return False
+    i, j = changed
+    src, dst = (i, j) if other[i] < tile[i] else (j, i)
+    return tile[src] % other[src] == 0 and other[dst] == tile[dst] * (tile[src] // other[src])
+
+
 def _to_decision(value: Any) -> Decision:
     if isinstance(value, (int, np.integer)):
         return int(value)
@@ -324,6 +340,7 @@ class KnobSpace:
         self.signature = _structure(self.insts)
         self.rejected: collections.Counter[str] = collections.Counter()
         self._valid_cache: dict[tuple[int, tuple[Decision, ...]], tuple[Decision, ...]] = {}
+        self._move_cache: dict[tuple[int, Decision], tuple[Decision, ...]] = {}
         self._size: float | None = None
         for inst in self.insts:
             if inst.kind.name.startswith("Sample") and inst.kind.name not in _SAMPLE_KINDS:
@@ -565,11 +582,13 @@ class KnobSpace:
         return build_until_accepted(1, lambda _: self.neighbour_draw(config, rng, changes),
                                     lambda _, cand: cand.config != config, max_attempts)[0]
 
-    def neighbour_draw(self, config: Config, rng: np.random.Generator, changes: int = 1) -> Build | None:
-        """A move of `changes` knobs of `config`, to build; None if the draw changed nothing."""
+    def neighbour_draw(self, config: Config, rng: np.random.Generator, changes: int = 1,
+                       tile_moves: str = ANY_TILING) -> Build | None:
+        """A move of `changes` knobs of `config`, to build; None if the draw changed nothing.
+        `tile_moves` says how far a tile knob moves (`TILE_MOVES`)."""
         decisions = list(config.decisions)
         for position in self._positions(rng, changes):  # in trace order: a location sees the tiles before it
-            options = self._other_values(Config(config.space, tuple(decisions)), position)
+            options = self._other_values(Config(config.space, tuple(decisions)), position, tile_moves)
             if options:
                 decisions[position] = options[int(rng.integers(len(options)))]
         if tuple(decisions) == tuple(config.decisions):
@@ -585,13 +604,25 @@ class KnobSpace:
                 chosen.append(position)
         return sorted(chosen)
 
-    def _other_values(self, config: Config, position: int) -> Sequence[Decision]:
+    def _other_values(self, config: Config, position: int, tile_moves: str = ANY_TILING) -> Sequence[Decision]:
         """The values knob `position` could take instead of its current one, within the limits."""
         knob = self.knobs[position]
         current = config.decisions[position]
         if knob.conditional:
             return [v for v in self.valid_values(config, position) if v != current]
-        return [c for c in knob.choices if c != current and self._keeps_limits(config, position, c)]
+        choices = self._factor_moves(position, current) if tile_moves == FACTOR_MOVE and knob.kind == TILE \
+            else knob.choices
+        return [c for c in choices if c != current and self._keeps_limits(config, position, c)]
+
+    def _factor_moves(self, position: int, tile: Decision) -> tuple[Decision, ...]:
+        """The tilings one MutateTileSize step away from `tile`: a divisor d > 1 of one level's
+        factor moved to another level, the other levels unchanged."""
+        key = (position, tile)
+        cached = self._move_cache.get(key)
+        if cached is None:
+            cached = tuple(c for c in self.knobs[position].choices if is_factor_move(tile, c))  # type: ignore[arg-type]
+            self._move_cache[key] = cached
+        return cached
 
     def _keeps_limits(self, config: Config, position: int, value: Decision) -> bool:
         if not self.limits:
@@ -694,12 +725,15 @@ class SearchSpace:
         return self.neighbours([(config, changes)], rng)[0]
 
     def neighbours(self, moves: Sequence[tuple[Config, int]], rng: np.random.Generator,
-                   tries: int = 20) -> list[Candidate | None]:
+                   tries: int = 20, tile_moves: str = ANY_TILING) -> list[Candidate | None]:
         """A valid neighbour per (configuration, knobs to change) (None where `tries` draws all
-        failed), built side by side."""
+        failed), built side by side; `tile_moves` as in `KnobSpace.neighbour_draw`."""
+        if tile_moves not in TILE_MOVES:
+            raise ValueError(f"tile_moves must be one of {', '.join(TILE_MOVES)}, not {tile_moves!r}")
+
         def draw(slot: int) -> Build | None:
             config, changes = moves[slot]
-            return self._space(config).neighbour_draw(config, rng, changes)
+            return self._space(config).neighbour_draw(config, rng, changes, tile_moves)
 
         return build_until_accepted(len(moves), draw, lambda slot, cand: cand.config != moves[slot][0], tries)
 

@@ -12,6 +12,8 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
   `metatune-task-chains` — the task's own model (once trained) chooses half the mutation chains' parents and
   kept mutants, the meta-learned model the other half; `metatune-task-hedge` — task chains, and 4 picks of every
   batch go to the task model's favourites (a hedge for layers where the GP's trust in the prior misleads it);
+  `metatune-factor-moves` — a neighbour's or mutant's tile knob moves one divisor between two of its levels
+  (TVM's MutateTileSize step) instead of jumping to any other tiling of the loop;
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -70,6 +72,7 @@ BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune-space-incumbents": {"incumbents_per_space": 1},  # every design space's best searched around too
     "metatune-task-chains": {"evolve_task_share": 0.5},  # the task model picks half the chains' parents and mutants
     "metatune-task-hedge": {"evolve_task_share": 0.5, "task_picks": 4},  # ... and a quarter of each batch
+    "metatune-factor-moves": {"tile_moves": "factor"},  # neighbours and mutants move one tile factor at a time
 }
 CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
 STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")

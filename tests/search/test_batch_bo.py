@@ -255,6 +255,38 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     assert any(not e.mutant for e in pool.entries.values()) and strategy.stats.gp_batches == 1
 
 
+@pytest.mark.parametrize("tile_moves", ["any", "factor"])
+def test_pool_neighbours_and_mutants_move_tiles_as_asked(target, tile_moves):
+    """`tile_moves="factor"`: the incumbents' neighbours change a tile knob by one divisor moved between
+    two levels (the chains' mutants are drawn by the same call); the default lets them jump to any tiling."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from metatune.space.knob_space import TILE, is_factor_move
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            evolve_children=24, evolve_keep=24, max_changes=1, tile_moves=tile_moves)
+    _run_batch(ctx)
+    _run_batch(ctx)
+    pool, jumps, steps = strategy.pool, 0, 0
+    for entry in pool.entries.values():
+        if entry.origin is None:
+            continue
+        knobs = strategy.space[entry.origin.space].knobs
+        for knob, new, old in zip(knobs, entry.cand.config.decisions, entry.origin.decisions):
+            if knob.kind == TILE and new != old:
+                steps += is_factor_move(old, new)
+                jumps += not is_factor_move(old, new)
+    assert steps > 0 and strategy.stats.mutants > 0
+    assert (jumps == 0) if tile_moves == "factor" else (jumps > 0)
+
+
+def test_unknown_tile_moves_are_rejected():
+    from metatune.search.batch_bo import BatchBOSettings
+
+    with pytest.raises(ValueError, match="tile_moves must be one of any, factor"):
+        BatchBOSettings(tile_moves="far")
+
+
 def test_task_model_steers_a_share_of_the_chains(target):
     """`evolve_task_share`: once the task model is trained, it picks that share of the kept mutants
     (the cost model the rest), so the task's own measurements decide where part of the chains go."""

@@ -14,11 +14,13 @@ import tvm
 from metatune.space.knob_space import (
     CATEGORICAL,
     COMPUTE_LOCATION,
+    FACTOR_MOVE,
     TILE,
     Candidate,
     Config,
     KnobSpace,
     SearchSpace,
+    is_factor_move,
     perfect_tilings,
 )
 from metatune.workload.operators import FAMILIES
@@ -215,6 +217,39 @@ def test_neighbours_change_one_knob(device):
                    if a != b]
         assert sum(not k.conditional for k in changed) <= 1 and changed  # plus snapped locations
 
+
+
+def test_a_factor_move_moves_one_divisor_between_two_levels():
+    assert is_factor_move((4, 2, 1, 3), (2, 2, 2, 3))  # a 2 from level 0 to level 2
+    assert is_factor_move((4, 2, 1, 3), (1, 8, 1, 3))  # the whole 4 to level 1
+    assert not is_factor_move((4, 6), (6, 4))  # same product, but 4 / 6 moves no divisor
+    assert not is_factor_move((4, 2, 1, 3), (2, 1, 4, 3))  # three levels changed
+    assert not is_factor_move((4, 2, 1, 3), (4, 2, 1, 3))  # nothing moved
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_factor_moves_stay_one_tile_step_away(device):
+    """`tile_moves="factor"`: a moved tile knob keeps all but two of its levels and moves one divisor
+    between them (TVM's MutateTileSize), while the default may jump to any other tiling; the
+    neighbours are still valid configurations of the same space."""
+    rng = np.random.default_rng(3)
+    conv = space_on(device, "conv2d")
+    cand = conv.sample(rng)
+    knobs = conv[cand.config.space].knobs
+    tile_moved = 0
+    for nb in conv.neighbours([(cand.config, 1)] * 24, rng, tile_moves=FACTOR_MOVE):
+        assert nb is not None and conv[nb.config.space].check(nb.config) is None
+        for knob, new, old in zip(knobs, nb.config.decisions, cand.config.decisions):
+            if knob.kind == TILE and new != old:
+                assert is_factor_move(old, new), (knob.name, old, new)
+                tile_moved += 1
+    assert tile_moved >= 8  # most knobs are tiles: most of the 24 moves changed one
+    anywhere = [nb for nb in conv.neighbours([(cand.config, 1)] * 48, rng)]
+    jumps = [(old, new) for nb in anywhere for k, new, old in zip(knobs, nb.config.decisions, cand.config.decisions)
+             if k.kind == TILE and new != old and not is_factor_move(old, new)]
+    assert jumps  # the default reaches tilings no single factor move does
+    with pytest.raises(ValueError, match="tile_moves"):
+        conv.neighbours([(cand.config, 1)], rng, tile_moves="far")
 
 
 @pytest.mark.parametrize("device", DEVICES)
