@@ -44,6 +44,7 @@ def tune(
                                  "model steers half the mutation chains), metatune-task-hedge (that, and a quarter of each batch is the task "
                                  "model's favourites), metatune-factor-moves (neighbours and mutants move one tile factor "
                                  "between two levels, as TVM's MutateTileSize, instead of any other tiling), "
+                                 "metatune-recent-gp (the GP learns from the incumbents and the last 64 measurements only), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

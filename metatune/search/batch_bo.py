@@ -75,6 +75,7 @@ class BatchBOSettings:
     ucb_beta: float = 4.0
     min_observations: int = 4  # successful measurements before the GP takes over
     max_gp_points: int = 512  # GP training set cap (best half kept, the rest subsampled)
+    gp_recent: int = 0  # > 0: the GP learns from the incumbents and the last gp_recent measurements only
     evolve_children: int = 128  # mutants built per generation (0: no mutation chains)
     evolve_generations: int = 2  # generations per batch
     evolve_parents: int = 16  # best-scored pool entries mutated (the incumbents too)
@@ -103,6 +104,8 @@ class BatchBOSettings:
             raise ValueError("evolve_task_share must be in [0, 1]")
         if self.task_picks < 0:
             raise ValueError("task_picks must be >= 0")
+        if self.gp_recent < 0:
+            raise ValueError("gp_recent must be >= 0")
 
 
 @dataclass
@@ -472,8 +475,18 @@ class _BatchBOLogic(SearchLogic):
         return bo.normal_scores(self._task_raw(entries))
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Embeddings, cost-model scores and log-throughputs of successful measurements (capped)."""
-        items = sorted(self.observations.values(), key=lambda o: o.latency_s)
+        """Embeddings, cost-model scores and log-throughputs of successful measurements (capped).
+
+        With `gp_recent`, only the incumbents and the latest measurements: late in a run the search
+        proposes near its incumbents, where the meta-learned model ranks worse than the task's own
+        (bench/late_ranking.py), while weights fitted on the whole history keep trusting it."""
+        items = list(self.observations.values())  # in measurement order
+        recent = self.settings.gp_recent
+        if recent and len(items) > recent + self.settings.incumbents:
+            best = sorted(range(len(items)), key=lambda i: items[i].latency_s)[: self.settings.incumbents]
+            keep = set(best) | set(range(len(items) - recent, len(items)))
+            items = [items[i] for i in sorted(keep)]
+        items = sorted(items, key=lambda o: o.latency_s)
         cap = self.settings.max_gp_points
         if len(items) > cap:
             rest = items[cap // 2 :]

@@ -280,11 +280,36 @@ def test_pool_neighbours_and_mutants_move_tiles_as_asked(target, tile_moves):
     assert (jumps == 0) if tile_moves == "factor" else (jumps > 0)
 
 
+def test_recent_gp_learns_from_the_incumbents_and_the_latest_measurements(target):
+    """`gp_recent`: once the run has more, the GP's training set is the `incumbents` best measurements
+    plus the last `gp_recent` ones (the default keeps the whole run)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=40,
+                            incumbents=2, gp_recent=8, evolve_children=0)
+    for _ in range(4):
+        _run_batch(ctx)
+    observations = list(strategy.observations.values())
+    assert len(observations) == 32
+    best = sorted(observations, key=lambda o: o.latency_s)[:2]
+    expected = {id(o) for o in observations[-8:]} | {id(o) for o in best}
+    _, _, y = strategy._training_set()
+    assert sorted(y) == sorted(-np.log([o.latency_s for o in observations if id(o) in expected]))
+    assert 8 <= len(y) <= 10
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=40,
+                            incumbents=2, evolve_children=0)
+    for _ in range(4):
+        _run_batch(ctx)
+    assert len(strategy._training_set()[2]) == len(strategy.observations) == 32
+
+
 def test_unknown_tile_moves_are_rejected():
     from metatune.search.batch_bo import BatchBOSettings
 
     with pytest.raises(ValueError, match="tile_moves must be one of any, factor"):
         BatchBOSettings(tile_moves="far")
+    with pytest.raises(ValueError, match="gp_recent must be >= 0"):
+        BatchBOSettings(gp_recent=-1)
 
 
 def test_task_model_steers_a_share_of_the_chains(target):
