@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from metatune.measure.measurer import median_latency
 from metatune.space.knob_space import TILE, Config, Knob, is_factor_move
 
 STEP, JUMP, OTHER, FIRST = "tile steps only", "a tile jump", "no tile change", "first of its space"
@@ -61,8 +62,9 @@ def read_records(run_dir: Path) -> list[Any]:
 
 
 def latency(record: Any) -> float:
+    """The record's median run time (infinite for a failed measurement, which TVM stores as 1e10 s)."""
     secs = [float(x) for x in record.run_secs] if record.run_secs else []
-    return sorted(secs)[len(secs) // 2] if secs and secs[0] < 1e9 else float("inf")
+    return median_latency(secs, high=True) if secs and secs[0] < 1e9 else float("inf")
 
 
 def summarize(records: Sequence[Any], space: Any, after: int) -> dict[str, Any]:
