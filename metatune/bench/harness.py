@@ -224,9 +224,9 @@ def _measure_reference(bench_workload: BenchWorkload, threads: int, references: 
 
 def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:
     """The result of a run resumed from `earlier`: `latest` with the earlier segments' times added,
-    so that times per trial stay right. A segment killed before it wrote its result lost its
-    times: its trials count in `trials` and the curve, but not in `timed_trials`. The run keeps its
-    first segment's start time."""
+    so that times per trial stay right, and the earlier segments' disturbed batches kept. A segment
+    killed before it wrote its result lost its times: its trials count in `trials` and the curve, but
+    not in `timed_trials`. The run keeps its first segment's start time."""
     if earlier is None:
         return latest
     merged = dict(latest)
@@ -235,6 +235,7 @@ def merge_segments(earlier: dict[str, Any] | None, latest: dict[str, Any]) -> di
     for name in TIMED_FIELDS:
         merged[name] = round(float(earlier.get(name, 0.0)) + float(latest[name]), 2)
     merged["timed_trials"] = int(earlier.get("timed_trials", earlier["trials"])) + int(latest["timed_trials"])
+    merged["disturbed"] = [*earlier.get("disturbed", []), *latest.get("disturbed", [])]
     return merged
 
 

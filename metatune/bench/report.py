@@ -155,7 +155,25 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
                 _percent_of(final, peak, peak_unstable(references)),
             ]) + " |")
     lines += ["", summary(runs, budgets, names, strategies)]
+    if note := disturbed_note(runs):
+        lines += ["", note]
     return "\n".join(lines) + "\n"
+
+
+def disturbed_note(runs: list[Run]) -> str:
+    """Which runs had batches measured while other processes kept cores busy ("" when none did):
+    their curves may be wrong, so a comparison that rests on them should be re-run."""
+    items = []
+    for r in runs:
+        batches = r.data.get("disturbed") or []
+        if batches:
+            trials = sum(int(last) - int(first) + 1 for first, last, _ in batches)
+            worst = max(float(cores) for _, _, cores in batches)
+            items.append(f"{r.name} {r.strategy} r{r.data.get('repeat', 0)} ({trials} trials, up to {worst:.1f} cores)")
+    if not items:
+        return ""
+    return ("**Disturbed**: other processes kept cores busy while these runs measured (their latencies, and what "
+            "the search learned from them, may be off; re-run them on an idle machine): " + "; ".join(items) + ".")
 
 
 def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: list[str]) -> str:

@@ -24,18 +24,57 @@ def machine_busy_s() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system seconds of every thread of process `pid` so far."""
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after "pid (comm) " (comm may hold spaces): state, ppid, ..."""
     text = PROC.joinpath(str(pid), "stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float:
+    """User + system seconds of every thread of process `pid` so far; with `reaped_children`, also
+    those of its children that have ended and been waited for (the kernel adds them to the parent)."""
+    fields = _stat_fields(pid)
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and its live descendants, from the parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat_fields(int(entry.name))[1]), []).append(int(entry.name))
+            except (OSError, ValueError, IndexError):  # ended while listed
+                continue
+    tree = [root]
+    for pid in tree:  # grows while walked: breadth first
+        tree.extend(children.get(pid, ()))
+    return tree
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of `root` and everything it started: live descendants, and the ended ones their
+    parents have reaped. A worker pool that starts and ends processes between two readings is
+    counted whole, so the difference of two readings is the tree's CPU time in between."""
+    total = 0.0
+    for pid in process_tree(root):
+        try:
+            total += process_cpu_s(pid, reaped_children=True)
+        except (OSError, ValueError, IndexError):  # ended since listed: its parent reaps it later
+            continue
+    return total
 
 
 @dataclass
 class OtherLoad:
-    """Cores that processes other than `pids` kept busy between `start()` and `cores()`."""
+    """Cores that processes other than `pids` (with `descendants`: nor what they started) kept busy
+    between `start()` and `cores()`."""
 
     pids: tuple[int, ...]
+    descendants: bool = False
 
     def start(self) -> "OtherLoad":
         self._wall, self._busy, self._own = time.perf_counter(), machine_busy_s(), self._own_s()
@@ -47,4 +86,6 @@ class OtherLoad:
         return max(other, 0.0) / max(wall, 1e-9)
 
     def _own_s(self) -> float:
+        if self.descendants:
+            return sum(tree_cpu_s(pid) for pid in self.pids)
         return sum(process_cpu_s(pid) for pid in self.pids)

@@ -28,6 +28,7 @@ from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
+from metatune.tune.load_watch import watch_load
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.scheduling import gradient_scheduler
 from metatune.tune.tuner import (
@@ -88,6 +89,7 @@ class ModelTuneResult:
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
     fallback_tasks: list[str] = field(default_factory=list)  # tasks metatune's cost model cannot encode
+    disturbed: list[list[float]] = field(default_factory=list)  # as TuneResult's: trials timed beside busy processes
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "comparison": self.comparison.to_json()}
@@ -226,6 +228,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
     notes = setup.notes + imported.model.notes + notes
     profile: dict[str, float] = {}
+    watch = None
     tune_start = time.perf_counter()
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
@@ -241,6 +244,9 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         if report is not None:
             status = _status(tasks)
             callbacks.append(progress_callback(trials, lambda n, total, best: report(n, total, status(best)), measured))
+        watch = watch_load(runner, done)
+        if watch is not None:
+            callbacks.append(watch.callback())
         scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
         with tuning_loop(setup.measurer), ms.Profiler() as profiler:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
@@ -253,6 +259,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():
             tuners[task], uncovered[task] = "xgb-fallback", why
             notes.append(f"task {task} moved to XGBModel during tuning: {why}")
+    if watch is not None and (note := watch.note()):
+        notes.append(note)
     tune_s = time.perf_counter() - tune_start
     results = []
     for task in tasks:
@@ -276,4 +284,5 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         search_s=round(search_seconds(profile), 2), measure_s=round(measure_seconds(profile), 2),
         compile_s=round(compile_s, 2), verified=True, max_rel_error=error, checkpoint=setup.checkpoint, notes=notes,
         fallback_tasks=[r.name for r in results if r.uncovered is not None],
+        disturbed=[b.to_json() for b in watch.disturbed] if watch is not None else [],
     )

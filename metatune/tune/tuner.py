@@ -55,6 +55,7 @@ from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
 from metatune.search.online_model import MetaTuneCostModel
 from metatune.space.knob_space import DesignSpaces
+from metatune.tune.load_watch import watch_load
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
 from metatune.zoo import ZooWarning, default_zoo_dir, resolve
@@ -105,6 +106,9 @@ class TuneResult:
     # metatune's own search strategies: their counters for this invocation (batches, pool sizes,
     # seconds per phase, the GP's last weights for its priors); None for TVM's strategies.
     search_stats: dict[str, Any] | None = None
+    # [first trial, last trial, cores] of each batch this invocation measured while other processes
+    # kept cores busy (`load_watch`): those latencies may be too slow.
+    disturbed: list[list[float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -358,6 +362,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     seed = resumed_seed(seed, done)
     cost_model, search = strategy_parts(strategy, setup, seed)
     profile: dict[str, float] = {}
+    watch = None
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
         if done > 0:
@@ -367,6 +372,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
             callbacks.append(progress_callback(
                 trials, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0),
                 [measured]))
+        watch = watch_load(runner, done)
+        if watch is not None:
+            callbacks.append(watch.callback())
         detach_unnamed_meta_schedule_log_handlers()
         set_meta_schedule_console(verbose)
         with tuning_loop(measurer), ms.Profiler() as profiler:
@@ -391,6 +399,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         timed_trials=len(latencies) - done,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
+    if watch is not None and (note := watch.note()):
+        result.disturbed = [b.to_json() for b in watch.disturbed]
+        result.notes.append(note)
     if remaining > 0 and not isinstance(search, str):
         result.search_stats = search.total_stats().to_json()
     if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own

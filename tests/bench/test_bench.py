@@ -155,12 +155,14 @@ def test_a_resumed_run_adds_its_segments_times(tmp_path):
 
 
 def test_times_of_a_killed_segment_are_not_counted_as_timed():
-    earlier = {"trials": 64, "wall_s": 100.0, "search_s": 40.0, "measure_s": 50.0, "encode_s": 1.0, "update_s": 2.0}
+    earlier = {"trials": 64, "wall_s": 100.0, "search_s": 40.0, "measure_s": 50.0, "encode_s": 1.0, "update_s": 2.0,
+               "disturbed": [[17, 32, 1.2]]}
     # the database held 128 trials when the last segment started: a killed segment measured 64 more
     latest = {"trials": 256, "timed_trials": 128, "wall_s": 300.0, "search_s": 120.0, "measure_s": 150.0,
-              "encode_s": 3.0, "update_s": 6.0}
+              "encode_s": 3.0, "update_s": 6.0, "disturbed": [[129, 144, 0.8]]}
     merged = merge_segments(earlier, latest)
     assert merged["timed_trials"] == 192 and merged["trials"] == 256
+    assert merged["disturbed"] == [[17, 32, 1.2], [129, 144, 0.8]]  # an earlier segment's stay on record
     assert (merged["wall_s"], merged["search_s"], merged["measure_s"]) == (400.0, 160.0, 200.0)
     assert merge_segments(None, latest) == latest
 
@@ -334,3 +336,11 @@ def test_tables_give_no_ratio_against_an_unstable_reference(tmp_path):
     rows = model_table(tmp_path)
     assert "| resnet18 | metatune | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | unstable | – | – |" in rows
     assert "| resnet18 | xgb | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | 1.50× | – | – |" in rows
+
+
+def test_table_names_the_runs_measured_beside_busy_processes():
+    quiet, busy = bench_run("a", "xgb", 100.0), bench_run("b", "metatune", 150.0)
+    busy.data.update(repeat=1, disturbed=[[1, 16, 1.1], [33, 48, 0.6]])
+    table = markdown([quiet, busy], [1], {})
+    assert "**Disturbed**" in table and "b metatune r1 (32 trials, up to 1.1 cores)" in table
+    assert "**Disturbed**" not in markdown([quiet], [1], {})

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from metatune.measure.cpu_load import OtherLoad, process_cpu_s
+from metatune.measure.cpu_load import OtherLoad, process_cpu_s, process_tree
 
 
 def spin(seconds: float) -> None:
@@ -42,3 +42,29 @@ def test_process_cpu_time_grows_with_work():
     before = process_cpu_s(os.getpid())
     spin(0.3)
     assert process_cpu_s(os.getpid()) - before > 0.2
+
+
+def test_with_descendants_a_child_process_is_not_other_load_even_once_it_has_ended():
+    """A tuner's builder and runner workers are its children: their CPU time is its own, also when
+    a worker ends and is reaped between two readings."""
+    load = OtherLoad((os.getpid(),), descendants=True).start()
+    without = OtherLoad((os.getpid(),)).start()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"])
+    child.wait()  # ended and reaped: its time moves to this process's children's time
+    assert load.cores() < 0.3
+    assert without.cores() > 0.5  # the same child, counted as another process without `descendants`
+
+
+def test_process_tree_lists_children_of_children():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, sys, time\n"
+                              "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+                              "print(g.pid, flush=True)\ntime.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    grandchild = int(child.stdout.readline())
+    try:
+        tree = process_tree(os.getpid())
+        assert tree[0] == os.getpid() and child.pid in tree and grandchild in tree
+    finally:
+        os.kill(grandchild, 9)
+        child.kill()
+        child.wait()
