@@ -52,7 +52,7 @@ class LoadWatch:
         """Called after each batch of `trials`: the load since the previous batch ended (its search,
         building and timing)."""
         cores = self._load.cores()
-        self._load = OtherLoad((os.getpid(),), descendants=True).start()
+        self.start()  # the next batch's interval begins here
         first, self.done = self.done + 1, self.done + trials
         if cores >= self.limit and trials:
             batch = DisturbedBatch(first, self.done, cores)
