@@ -4,6 +4,7 @@ Layout of the output directory (everything is re-derivable from `runs/`):
   runs/<workload>/<strategy>-r<repeat>/      the MetaSchedule JSON database of one tuning run
   runs/<workload>/<strategy>-r<repeat>.json  its `TuneResult` (+ bench fields)
   references.json                            PyTorch eager per workload, fp32 peak, every pass of each
+  failures.json                              runs that raised, until they succeed (`failures`)
   results.csv, table.md, curves.png          written by `report` after every run
 
 Order: repeat → workload → strategies, the strategy order rotated per workload, so that drift
@@ -20,14 +21,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune import MetatuneError
+from metatune.bench.failures import FAILURES_FILE, RunFailure, clear_failure, record_failure
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-from metatune.env.device import fingerprint_for_target, local_fingerprint, usable_cores
+from metatune.env.device import fingerprint_for_target, local_fingerprint, require_runnable, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
+from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.check import device_type
-from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, tune_workload
+from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url
+from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, measured_latencies, resolve_checkpoint, tune_workload
 
 REFERENCES_FILE = "references.json"
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
@@ -135,11 +139,13 @@ class BenchProgress:
 
 
 def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
-              echo: Callable[[str], None] = print, after_run: Callable[[], None] | None = None) -> None:
-    """Execute the plan; results land in `config.out` as they are produced."""
+              echo: Callable[[str], None] = print, after_run: Callable[[], None] | None = None) -> list[RunFailure]:
+    """Execute the plan; results land in `config.out` as they are produced. A run that raises is
+    recorded in `failures.json` and the plan goes on; returns the runs that failed this time."""
 
     suite = load_suite(config.suite)
     runs = plan(suite, config.strategies, config.repeats)
+    check_request(config)
     threads = _tvm_threads()
     device = reference_device(config.target)
     references = _load_references(config.out)
@@ -152,6 +158,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     progress = progress or BenchProgress(total=len(runs) * config.max_trials)
     offset = sum(min(t, config.max_trials) for t in done_trials.values())
     progress.set(offset, "")
+    failed: list[RunFailure] = []
     for bench_workload, key in runs:
         if done_trials[key] >= config.max_trials:
             continue
@@ -164,10 +171,24 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
 
         started = time.time()
         strategy, checkpoint = split_strategy(key.strategy)
-        result = tune_workload(bench_workload.workload, config.max_trials, strategy, key.db_dir(config.out),
-                               checkpoint=checkpoint or config.checkpoint, runner=config.runner,
-                               trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
-                               transfer=transfer, target=config.target).to_json()
+        try:
+            result = tune_workload(bench_workload.workload, config.max_trials, strategy, key.db_dir(config.out),
+                                   checkpoint=checkpoint or config.checkpoint, runner=config.runner,
+                                   trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
+                                   transfer=transfer, target=config.target).to_json()
+        except Exception as error:  # one run's failure must not end the others (Ctrl-C is no Exception)
+            failure = RunFailure.of(error, key.workload, key.strategy, key.repeat,
+                                    _trials_in(key.db_dir(config.out), bench_workload), config.max_trials)
+            record_failure(config.out, failure)
+            echo(f"warning: {failure.label} failed {failure.progress}: {failure.error} "
+                 f"(traceback in {config.out / FAILURES_FILE}); the bench goes on")
+            failed.append(failure)
+            offset += config.max_trials - previous
+            progress.set(offset, f"{key.workload} [{key.strategy}] failed")
+            if after_run is not None:
+                after_run()
+            continue
+        clear_failure(config.out, key.workload, key.strategy, key.repeat)
         # a segment killed before writing its result leaves records but no result file: the database tells
         resumed = previous > 0 or result["timed_trials"] < result["trials"]
         result.update(name=key.workload, strategy=key.strategy, repeat=key.repeat, resumed=resumed,
@@ -181,6 +202,36 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
+    return failed
+
+
+def check_request(config: BenchConfig) -> None:
+    """Fail at once, as one line, on what would fail every run alike (a target this machine cannot
+    tune for, a checkpoint that does not load, a malformed runner), before anything is measured:
+    from then on an error is one run's failure, recorded while the others go on."""
+    local = config.runner == "local"
+    if local:
+        require_runnable(fingerprint_for_target(config.target))
+    elif not config.runner.startswith("rpc:"):
+        raise RunnerSpecError(f"unknown runner {config.runner!r}: expected 'local' or {RPC_URL_FORM}")
+    else:
+        parse_rpc_url(config.runner)  # the servers' device is known once they answer, run by run
+    checkpoints = {checkpoint or config.checkpoint for name, checkpoint in map(split_strategy, config.strategies)
+                   if name in CHECKPOINT_STRATEGIES}
+    for checkpoint in sorted(checkpoints):
+        if checkpoint != "auto":
+            open_checkpoint(checkpoint)
+        elif local:
+            resolve_checkpoint(checkpoint, fingerprint_for_target(config.target))
+
+
+def _trials_in(db_dir: Path, bench_workload: BenchWorkload) -> int | None:
+    """Trials of the workload in a run's database (its records survive the run's failure); None
+    where the database itself is what failed to read."""
+    try:
+        return len(measured_latencies(db_dir, bench_workload.workload.irmodule()))
+    except MetatuneError:
+        return None
 
 
 def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = print) -> str:

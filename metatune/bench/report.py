@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metatune.bench.failures import failed_note
 from metatune.bench.harness import REFERENCES_FILE
 from metatune.bench.references import peak_unstable
 from metatune.bench.retime import RETIMED_FILE
@@ -302,6 +303,8 @@ def write_report(out: Path, budgets: list[int]) -> str:
     references = json.loads((out / REFERENCES_FILE).read_text()) if (out / REFERENCES_FILE).exists() else {}
     write_csv(runs, budgets, out / RESULTS_FILE)
     table = markdown(runs, budgets, references)
+    if note := failed_note(out):
+        table += "\n" + note + "\n"
     if (out / RETIMED_FILE).exists():
         retimed = json.loads((out / RETIMED_FILE).read_text())
         table += "\n" + retimed_markdown(retimed, strategy_order(runs), (BASELINE, "metatune"))

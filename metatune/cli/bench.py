@@ -138,6 +138,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
                       target: str | None = None) -> None:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
     results are readable and a re-run resumes."""
+    from metatune.bench.failures import FAILURES_FILE
     from metatune.bench.harness import BenchConfig, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
 
@@ -150,10 +151,15 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
 
         total = len(load_suite(suite)) * len(config.strategies) * repeats * config.max_trials
         with bench_console(out, f"bench {suite}", total) as progress:
-            run_bench(config, progress, echo=lambda m: typer.echo(m, err=True),
-                      after_run=lambda: write_report(out, config.budgets))
+            failed = run_bench(config, progress, echo=lambda m: typer.echo(m, err=True),
+                               after_run=lambda: write_report(out, config.budgets))
     table = write_report(out, config.budgets)
-    if not table:
+    if not table and not failed:
         raise MetatuneError(f"{out} holds no bench results yet")
-    typer.echo(table)
-    typer.echo(f"results: {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / CURVES_FILE}")
+    if table:
+        typer.echo(table)
+        typer.echo(f"results: {out / RESULTS_FILE}, {out / TABLE_FILE}, {out / CURVES_FILE}")
+    if failed:
+        typer.echo(f"error: {len(failed)} run(s) failed: {'; '.join(f.label for f in failed)} (tracebacks in "
+                   f"{out / FAILURES_FILE}); the same command retries them", err=True)
+        raise typer.Exit(1)

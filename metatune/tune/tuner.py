@@ -123,14 +123,25 @@ def trial_lines(db_dir: Path, mod: Any) -> list[tuple[Any, Any]]:
     if not wl_path.exists() or not rec_path.exists():
         return []
     target_hash = str(TVMWorkload(mod).as_json()[0])
-    workloads = {i: json.loads(line) for i, line in enumerate(wl_path.read_text().splitlines()) if line.strip()}
+    workloads = dict(_json_lines(wl_path))
     out = []
-    for line in rec_path.read_text().splitlines():
-        if line.strip():
-            index, record = json.loads(line)
-            if index in workloads and workloads[index][0] == target_hash:
-                out.append((workloads[index], record))
+    for _, entry in _json_lines(rec_path):
+        index, record = entry
+        if index in workloads and workloads[index][0] == target_hash:
+            out.append((workloads[index], record))
     return out
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number from 0, parsed line) of a JSON-lines database file; a line that is not JSON is an
+    error naming the file and line (a database edited or damaged by hand), not a bare JSONDecodeError."""
+    for number, line in enumerate(path.read_text().splitlines()):
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise MetatuneError(f"{path}:{number + 1} is not a JSON line of a MetaSchedule database "
+                                    f"({error.msg}); move the damaged database away to start that run afresh") from None
 
 
 def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:

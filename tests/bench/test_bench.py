@@ -344,3 +344,47 @@ def test_table_names_the_runs_measured_beside_busy_processes():
     table = markdown([quiet, busy], [1], {})
     assert "**Disturbed**" in table and "b metatune r1 (32 trials, up to 1.1 cores)" in table
     assert "**Disturbed**" not in markdown([quiet], [1], {})
+
+
+def test_a_failed_run_is_recorded_and_the_bench_goes_on(tmp_path):
+    """A run that raises (here: its database was damaged by hand) is named in failures.json and under the
+    table, the other runs still tune, the command exits 1; once the cause is gone, the same command
+    retries that run and the failure is cleared."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: damaged, workload: 'dense:m=32,n=32,k=32'}\n"
+                     "- {name: whole, workload: 'dense:m=32,n=64,k=32'}\n")
+    out = tmp_path / "out"
+    damaged_db = out / "runs" / "damaged" / "random-r0"
+    damaged_db.mkdir(parents=True)
+    (damaged_db / "database_workload.json").write_text("this is not JSON\n")
+    (damaged_db / RECORD_FILE).write_text("")
+    args = ("bench", "--suite", str(suite), "--strategies", "random", "--budgets", "2", "--trials-per-iter", "2",
+            "--no-references", "--out", str(out))
+
+    first = run_cli(*args)
+    assert first.returncode == 1, first.stderr[-3000:]
+    assert "damaged [random] r0 failed at ? of 2 trials" in first.stderr and "the bench goes on" in first.stderr
+    assert "database_workload.json:1 is not a JSON line" in first.stderr
+    assert json.loads((out / "runs" / "whole" / "random-r0.json").read_text())["verified"]
+    assert not (out / "runs" / "damaged" / "random-r0.json").exists()
+    failures = json.loads((out / "failures.json").read_text())
+    assert list(failures) == ["damaged/random/r0"] and "Traceback" in failures["damaged/random/r0"]["traceback"]
+    table = (out / "table.md").read_text()
+    assert "**Failed**" in table and "damaged [random] r0 at ? of 2 trials" in table
+
+    shutil.rmtree(damaged_db)
+    second = run_cli(*args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads((out / "runs" / "damaged" / "random-r0.json").read_text())["verified"]
+    assert not (out / "failures.json").exists() and "**Failed**" not in (out / "table.md").read_text()
+
+
+def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path):
+    """A checkpoint that does not exist would fail every run alike: one line, exit 2, nothing recorded."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n- {name: other, workload: 'dense:m=32,n=64,k=32'}\n")
+    out = tmp_path / "out"
+    proc = run_cli("bench", "--suite", str(suite), "--strategies", "metatune", "--checkpoint", str(tmp_path / "none"),
+                   "--budgets", "2", "--no-references", "--out", str(out))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not (out / "failures.json").exists()
