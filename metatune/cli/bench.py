@@ -138,7 +138,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
                       target: str | None = None) -> None:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
     results are readable and a re-run resumes."""
-    from metatune.bench.failures import FAILURES_FILE
+    from metatune.bench.failures import FAILURES_FILE, RunFailure
     from metatune.bench.harness import BenchConfig, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
 
@@ -146,6 +146,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
                          strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
                          trials_per_iter=trials_per_iter, references=references, target=target)
+    failed: list[RunFailure] = []
     if not report_only:
         from metatune.bench.suites import load_suite
 
