@@ -210,8 +210,9 @@ def check_request(config: BenchConfig) -> None:
     tune for, a checkpoint that does not load, a malformed runner), before anything is measured:
     from then on an error is one run's failure, recorded while the others go on."""
     local = config.runner == "local"
-    if local:
-        require_runnable(fingerprint_for_target(config.target))
+    fingerprint = fingerprint_for_target(config.target) if local else None
+    if fingerprint is not None:
+        require_runnable(fingerprint)
     elif not config.runner.startswith("rpc:"):
         raise RunnerSpecError(f"unknown runner {config.runner!r}: expected 'local' or {RPC_URL_FORM}")
     else:
@@ -221,8 +222,8 @@ def check_request(config: BenchConfig) -> None:
     for checkpoint in sorted(checkpoints):
         if checkpoint != "auto":
             open_checkpoint(checkpoint)
-        elif local:
-            resolve_checkpoint(checkpoint, fingerprint_for_target(config.target))
+        elif fingerprint is not None:
+            resolve_checkpoint(checkpoint, fingerprint)
 
 
 def _trials_in(db_dir: Path, bench_workload: BenchWorkload) -> int | None:
