@@ -42,25 +42,26 @@ def rank_retimed(data: Path, names: list[str], passes: list[Path]) -> dict:
     from metatune.dataset.store import DatasetStore
     from metatune.encode.graphs import load_encoded
     from metatune.encode.supergraph import GraphEncoder
+    from metatune.learn.evaluate import gcn_adapter
     from metatune.learn.metrics import pairwise_accuracy
     from metatune.learn.named_checkpoint import open_checkpoint
     from metatune.measure.measurer import median_latency
 
     runs = [json.loads(p.read_text())["workloads"] for p in passes]
     models = {n: open_checkpoint(n).trained for n in names}
-    encoded = {w.key: w for w in load_encoded(data, GraphEncoder(next(iter(models.values())).builder.template))}
+    workloads = load_encoded(data, GraphEncoder(next(iter(models.values())).builder.template))
+    position = {w.key: i for i, w in enumerate(workloads)}
+    methods = {n: gcn_adapter(m.model, m.builder, workloads, m.maml) for n, m in models.items()}  # k = 0: no support
     stores = {s.workload.key: s for s in DatasetStore(data)}
     scores: dict[str, dict[str, float]] = {n: {} for n in [*names, "stored labels"]}
     for name, entry in runs[0].items():
         key = entry["workload"]
         stored = [median_latency(s) for s in stores[key].run_secs()]
-        rows = torch.tensor([stored.index(x) for x in entry["stored_s"]])  # the re-timed programs' records
+        rows = np.array([stored.index(x) for x in entry["stored_s"]])  # the re-timed programs' records
         now = np.exp(np.mean([np.log(run[name]["now_s"]) for run in runs], axis=0))
         truth = -np.log2(now)
-        for n, m in models.items():
-            with torch.no_grad():
-                pred = m.model(*m.builder.batch(encoded[key], rows).inputs()).numpy()
-            scores[n][key] = pairwise_accuracy(pred, truth)
+        for n, method in methods.items():
+            scores[n][key] = pairwise_accuracy(method(position[key], np.array([], dtype=int), rows, 0), truth)
         scores["stored labels"][key] = pairwise_accuracy(-np.log2(np.array(entry["stored_s"])), truth)
     return {"per_workload": scores, "median": {n: float(np.median(list(v.values()))) for n, v in scores.items()}}
 
