@@ -22,17 +22,22 @@ def dataset_build(
     batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
     verify: bool = typer.Option(True, help="Check each timed build against NumPy (after the batch is timed, so the check never runs beside the timing)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+    retries_under_load: int = typer.Option(
+        2, min=0, help="Times a batch is timed again when other processes kept cores busy meanwhile (local "
+                       "runner); after that it is kept and its records are marked disturbed in the store."),
 ) -> None:
     """Sample workloads from a spec and measure random configurations into a TVM JSON database.
 
     Resumable: a re-run continues where it stopped and never re-measures a recorded
     configuration; killing it at any moment loses at most the batch in flight, and Ctrl-C
-    stops it cleanly. One build at a time writes a directory.
+    stops it cleanly. One build at a time writes a directory. Build on an idle machine: other
+    work slows the timings, so batches timed beside it are timed again.
     """
     from metatune.dataset.builder import build_dataset, summarize
 
     with stop_cleanly():
-        typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target)))
+        typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target,
+                                           retries_under_load=retries_under_load)))
 
 
 @app.command("import")

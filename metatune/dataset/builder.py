@@ -5,12 +5,20 @@ workload's store before it is counted, a re-run reads the stores back, never mea
 recorded configuration again, and continues with the workloads that are not complete.
 One build at a time writes a dataset directory (it is locked); Ctrl-C drops the batch in
 flight, writes the card and stops (env/interrupt.py).
+
+Labels are only as good as the machine was quiet: a dataset timed beside other work reads some
+workloads several times too slow, and no spread between a batch's repeats shows it. A local build
+therefore watches the CPU time of processes outside its own tree while each batch is timed, times
+a disturbed batch again after a pause, and keeps it, marked in the store, only when the load
+outlasts its retries; the card counts both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +31,7 @@ from metatune.dataset.spec import DatasetSpec, load_spec
 from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
 from metatune.env.interrupt import Interrupted
 from metatune.fileio import hold_directory
+from metatune.measure.cpu_load import DISTURBING_CORES, OtherLoad
 from metatune.measure.measurer import Measurer, MeasureSettings
 from metatune.measure.runners import make_runner
 from metatune.progress import progress_bar
@@ -31,10 +40,14 @@ from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
     from metatune.env.device import DeviceFingerprint
-    from metatune.measure.measurer import Measurer
+    from metatune.measure.measurer import Measurer, MeasureResult
+
+logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS_FACTOR = 2  # stop a workload after this many times its target in attempts
 HELD_OUT_EVERY = 5  # interleave one held-out workload after every 5 training workloads
+RETRIES_UNDER_LOAD = 2  # times a disturbed batch is timed again before it is kept, marked
+RETRY_PAUSE_S = 10.0  # wait before timing a disturbed batch again: a short burst of other work ends
 
 
 @dataclass
@@ -71,13 +84,16 @@ class DatasetBuilder:
 
     def __init__(
         self, spec: DatasetSpec, out: Path, measurer: "Measurer", fingerprint: "DeviceFingerprint",
-        batch_size: int = 32,
+        batch_size: int = 32, watch_load: bool = True, retries_under_load: int = RETRIES_UNDER_LOAD,
     ) -> None:
         self.spec = spec
         self.store = DatasetStore(out)
         self.measurer = measurer
         self.fingerprint = fingerprint
         self.batch_size = batch_size
+        self.watch_load = watch_load  # False where the timing runs elsewhere (RPC)
+        self.retries_under_load = retries_under_load
+        self.remeasured_batches = 0
         self._check_compatible(out)
 
     def _check_compatible(self, out: Path) -> None:
@@ -101,7 +117,9 @@ class DatasetBuilder:
         stores = [self.store.open(p.workload, p.split) for p in planned]
         done = sum(min(s.num_records, target) for s in stores)
         start = time.perf_counter()
-        prior_wall = (read_card(self.store.dir) or {}).get("wall_s", 0.0)
+        prior = read_card(self.store.dir) or {}
+        prior_wall = prior.get("wall_s", 0.0)
+        self.remeasured_batches = (prior.get("load_check") or {}).get("remeasured_batches", 0)
         with progress_bar() as bar:
             task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
             try:
@@ -135,16 +153,37 @@ class DatasetBuilder:
             if not fresh:
                 break  # the space is exhausted (or nearly): keep what we have
             measure_candidates = [c.measure_candidate() for c, _ in fresh]
-            results = self.measurer.measure(store.workload, measure_candidates)
+            results, other_cores = self._measure_batch(store.workload, measure_candidates)
             measured = 0
             for (cand, key), mc, result in zip(fresh, measure_candidates, results):
                 if result.ok:
                     store.append_record(self._record(cand, mc, result.latencies_s, tvm_workload), key)
+                    if other_cores >= DISTURBING_CORES:
+                        store.append_disturbed(key, other_cores)
                     measured += 1
                 else:
                     store.append_failure(key, result.failure.value, result.message)
             advance(measured)
         store.seal()
+
+    def _measure_batch(self, workload: Workload, candidates: list) -> tuple[list["MeasureResult"], float]:
+        """Times `candidates`, again while other processes kept cores busy (up to `retries_under_load`
+        times, after a pause); returns the kept results and the other load they were timed beside
+        (0 when not watched)."""
+        for attempt in range(self.retries_under_load + 1):
+            load = OtherLoad((os.getpid(),), descendants=True).start() if self.watch_load else None
+            results = self.measurer.measure(workload, candidates)
+            cores = load.cores() if load is not None else 0.0
+            if cores < DISTURBING_CORES:
+                return results, cores
+            if attempt < self.retries_under_load:
+                self.remeasured_batches += 1
+                logger.warning("%s: other processes kept %.1f cores busy while %d candidates were timed; timing "
+                               "them again in %.0f s", workload, cores, len(candidates), RETRY_PAUSE_S)
+                time.sleep(RETRY_PAUSE_S)
+        logger.warning("%s: still %.1f cores of other load after %d retries; the batch is kept and its records "
+                       "marked disturbed", workload, cores, self.retries_under_load)
+        return results, cores
 
     def _record(self, cand, mc, latencies: list[float], tvm_workload):
         from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -163,6 +202,8 @@ class DatasetBuilder:
             "samples_per_workload": self.spec.samples_per_workload,
             **compute_counts(self.store),
             "measure_settings": self.measurer.settings.__dict__,
+            "load_check": {"watched": self.watch_load, "limit_cores": DISTURBING_CORES,
+                           "retries": self.retries_under_load, "remeasured_batches": self.remeasured_batches},
             "wall_s": round(wall_s, 1),
             "versions": {"metatune": __version__, "tvm": tvm.__version__},
             "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -185,6 +226,13 @@ def summarize(card: dict) -> str:
             lines.append(
                 f"{family:<18}{split:<9}{c['workloads']:>10}{c['complete']:>10}{c['records']:>9}{c['failures']:>9}"
             )
+    load = card.get("load_check")
+    if load is None and "source" not in card:
+        lines.append("other processes' load: not watched when this dataset was built")
+    elif load is not None and load["watched"]:
+        lines.append(f"other processes' load: {load['remeasured_batches']} batches timed again, "
+                     f"{card.get('disturbed_records', 0)} records kept although timed beside "
+                     f">= {load['limit_cores']} busy cores")
     kinds = card.get("failures_by_kind", {})
     if kinds:
         lines.append("failures by kind: " + json.dumps(kinds, sort_keys=True))
@@ -192,7 +240,8 @@ def summarize(card: dict) -> str:
 
 
 def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: int | None = None, batch: int = 32,
-                  verify: bool = True, target: str | None = None, samples: int | None = None) -> dict:
+                  verify: bool = True, target: str | None = None, samples: int | None = None,
+                  retries_under_load: int = RETRIES_UNDER_LOAD) -> dict:
     """Build (or resume) the dataset `spec_path` describes into `out`; returns its card. `samples`
     overrides the spec's samples per workload (the card's spec then says so, and so does its hash).
 
@@ -206,5 +255,6 @@ def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: in
     runner_obj, fingerprint = make_runner(runner, settings, target)
     with (hold_directory(out, "a dataset build"),
           Measurer(fingerprint.tvm_target(), settings, runner=runner_obj) as measurer):
-        return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch).run()
+        return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch, watch_load=runner == "local",
+                              retries_under_load=retries_under_load).run()
 

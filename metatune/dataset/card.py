@@ -11,7 +11,8 @@ from metatune.fileio import CARD_FILE, write_atomic
 
 
 def compute_counts(store: DatasetStore) -> dict:
-    """Counts per family and split, failures by kind, and totals, read from the records."""
+    """Counts per family and split, failures by kind, totals, and the records timed while other
+    processes kept cores busy, read from the records."""
     counts: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
         lambda: collections.defaultdict(collections.Counter)
     )
@@ -20,6 +21,7 @@ def compute_counts(store: DatasetStore) -> dict:
     for ws in store:
         per_workload[ws.workload.key] = {
             "split": ws.split, "records": ws.num_records, "failures": len(ws.failures), "complete": ws.sealed,
+            **({"disturbed": len(ws.disturbed)} if ws.disturbed else {}),  # cards from before the check match
         }
         c = counts[ws.workload.family][ws.split]
         c["workloads"] += 1
@@ -42,6 +44,7 @@ def compute_counts(store: DatasetStore) -> dict:
         "failures_by_kind": {fam: dict(k) for fam, k in kinds.items()},
         "totals": {k: totals.get(k, 0) for k in ("workloads", "complete", "records", "failures")},
         "workloads": per_workload,
+        "disturbed_records": sum(w.get("disturbed", 0) for w in per_workload.values()),
     }
 
 

@@ -8,10 +8,12 @@ Layout of a dataset directory::
         database_workload.json          TVM JSONDatabase workload line
         database_tuning_record.json     TVM JSONDatabase records (measured configurations only)
         failures.jsonl                  configurations that failed, with the failure kind
+        disturbed.jsonl                 measured configurations kept although other processes kept
+                                        cores busy while they were timed (absent when there were none)
 
 Every append is one `write()` of one complete line to a file opened with O_APPEND, so a
 `kill -9` can at worst leave a partial last line, which loading detects and truncates.
-A completed workload is *sealed*: its two growing files are gzipped (`*.gz`) and never
+A completed workload is *sealed*: its growing files are gzipped (`*.gz`) and never
 change again, so a dataset in git grows by adding files. `export_tvm_database` writes all
 records as one JSONDatabase pair that MetaSchedule reads directly.
 """
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 FAILURE_FILE = "failures.jsonl"
+DISTURBED_FILE = "disturbed.jsonl"
 META_FILE = "meta.json"
 
 
@@ -122,6 +125,7 @@ class WorkloadStore:
             write_atomic(meta_path, json.dumps({"workload": workload.key, "split": self.split}).encode())
         self._record_lines = _read_lines(self.dir / RECORD_FILE, repair)
         self._failures = [Failure(**json.loads(l)) for l in _read_lines(self.dir / FAILURE_FILE, repair)]
+        self._disturbed = {d["key"]: d["cores"] for d in map(json.loads, _read_lines(self.dir / DISTURBED_FILE, repair))}
         self._keys: set[str] | None = None
         self._record_keys: list[str] | None = None
 
@@ -138,6 +142,12 @@ class WorkloadStore:
     @property
     def failures(self) -> list[Failure]:
         return list(self._failures)
+
+    @property
+    def disturbed(self) -> dict[str, float]:
+        """Config key -> other processes' busy cores while it was timed, for the records kept although
+        their batch was disturbed (its latencies may read too slow)."""
+        return dict(self._disturbed)
 
     def tvm_workload(self) -> Any:
         from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
@@ -165,6 +175,11 @@ class WorkloadStore:
     def run_secs(self) -> list[list[float]]:
         """Latency samples per record without building TVM objects (fast)."""
         return [[float(x) for x in json.loads(l)[1][1]] for l in self._record_lines]
+
+    def trace_texts(self) -> list[str]:
+        """Each record's trace as stored (JSON text), without TVM: one configuration measured in two
+        datasets of the same spec has the same text in both."""
+        return [json.dumps(json.loads(l)[1][0], separators=(",", ":")) for l in self._record_lines]
 
     def keys(self) -> set[str]:
         """Config keys of everything recorded, measured or failed (never measure these again)."""
@@ -208,12 +223,18 @@ class WorkloadStore:
         self._failures.append(failure)
         self.keys().add(key)
 
+    def append_disturbed(self, key: str, cores: float) -> None:
+        """Marks the measured record `key` as timed while other processes kept `cores` cores busy."""
+        self._check_writable()
+        _append_line(self.dir / DISTURBED_FILE, json.dumps({"key": key, "cores": round(cores, 2)}))
+        self._disturbed[key] = round(cores, 2)
+
     def seal(self) -> None:
         """Compress the growing files; the workload becomes immutable. Safe to re-run after a crash."""
-        for name in (FAILURE_FILE, RECORD_FILE):
+        for name in (DISTURBED_FILE, FAILURE_FILE, RECORD_FILE):
             path = self.dir / name
             gz = path.with_name(name + ".gz")
-            if gz.exists():
+            if gz.exists() or (name == DISTURBED_FILE and not path.exists()):
                 continue
             data = path.read_bytes() if path.exists() else b""
             write_atomic(gz, gzip.compress(data, mtime=0))

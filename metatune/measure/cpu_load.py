@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+DISTURBING_CORES = 0.5  # other processes' average busy cores over a timed batch that make it disturbed
 BUSY_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 NOT_BUSY = ("idle", "iowait")
 

@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
-from metatune.measure.cpu_load import OtherLoad
+from metatune.measure.cpu_load import DISTURBING_CORES, OtherLoad
 
 logger = logging.getLogger(__name__)
-
-DISTURBING_CORES = 0.5  # other processes' average busy cores over a batch that make it disturbed
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""A dataset build times a batch again while other processes keep the cores busy, and marks what it keeps."""
+
+import os
+import signal
+
+from metatune.dataset import builder
+from metatune.dataset.card import compute_counts, read_card
+from metatune.dataset.store import DISTURBED_FILE, DatasetStore
+from metatune.measure.cpu_load import DISTURBING_CORES
+from metatune.workload.operators import Workload
+from tests.dataset.test_dataset import write_spec
+from tests.tune.test_load_watch import outside_hog
+
+SPEC = """
+name: load
+seed: 3
+samples_per_workload: 2
+max_gflop: 0.01
+families:
+  dense:
+    workloads: 1
+    params: {m: {choices: [16]}, n: {choices: [32]}, k: {choices: [16]}}
+"""
+
+
+def test_batches_timed_beside_busy_processes_are_timed_again_then_kept_marked(tmp_path, monkeypatch):
+    monkeypatch.setattr(builder, "RETRY_PAUSE_S", 0.1)
+    spec, out = write_spec(tmp_path, text=SPEC), tmp_path / "ds"
+    busy = [outside_hog() for _ in range(os.cpu_count() or 1)]
+    try:
+        card = builder.build_dataset(spec, out, batch=2, retries_under_load=1)
+    finally:
+        for pid in busy:
+            os.kill(pid, signal.SIGKILL)
+    assert card["load_check"]["watched"] and card["load_check"]["retries"] == 1
+    assert card["load_check"]["remeasured_batches"] >= 1, "busy loops on every core, yet no batch was timed again"
+    assert card["disturbed_records"] >= 1 and card["totals"]["complete"] == 1
+    for store in DatasetStore(out):
+        assert store.sealed and not (store.dir / DISTURBED_FILE).exists()
+        assert set(store.disturbed) <= set(store.record_keys())
+        assert all(cores >= DISTURBING_CORES for cores in store.disturbed.values())
+    assert sum(len(s.disturbed) for s in DatasetStore(out)) == card["disturbed_records"]
+    assert "batches timed again" in builder.summarize(card)
+
+    again = builder.build_dataset(spec, out, batch=2)  # a resume with nothing left keeps the count
+    assert again["load_check"]["remeasured_batches"] == card["load_check"]["remeasured_batches"]
+
+
+def test_disturbed_marks_survive_sealing_and_are_counted(tmp_path):
+    store = DatasetStore(tmp_path).open(Workload.parse("dense:m=8,n=8,k=8"), "train")
+    store.append_disturbed("abc", 1.234)
+    store.seal()
+    reopened = next(iter(DatasetStore(tmp_path)))
+    assert reopened.disturbed == {"abc": 1.23}
+    assert compute_counts(DatasetStore(tmp_path))["disturbed_records"] == 1
+
+
+def test_a_dataset_built_before_the_check_says_it_was_not_watched():
+    from metatune.fileio import REPO_ROOT
+
+    card = read_card(REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")
+    assert "load_check" not in card
+    assert "not watched" in builder.summarize(card)
