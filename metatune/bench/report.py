@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from metatune.bench.failures import failed_note
-from metatune.bench.harness import REFERENCES_FILE
+from metatune.bench.harness import REFERENCES_FILE, split_strategy
 from metatune.bench.references import peak_unstable
 from metatune.bench.retime import RETIMED_FILE
 from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
@@ -294,6 +294,12 @@ def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None
     plt.close(fig)
 
 
+def retimed_baselines(strategies: list[str]) -> tuple[str, ...]:
+    """What the re-timed kernels are compared with: TVM's default, metatune, and every strategy set to a
+    checkpoint (`metatune@ZOO_ID`), so that a bench of checkpoints side by side reports their ratios itself."""
+    return (BASELINE, "metatune", *[s for s in strategies if split_strategy(s)[1] is not None])
+
+
 def write_report(out: Path, budgets: list[int]) -> str:
     """results.csv, table.md and curves.png from everything measured so far (table.md ends with the
     re-timed comparison when `bench --retime` made one); returns the table."""
@@ -307,7 +313,7 @@ def write_report(out: Path, budgets: list[int]) -> str:
         table += "\n" + note + "\n"
     if (out / RETIMED_FILE).exists():
         retimed = json.loads((out / RETIMED_FILE).read_text())
-        table += "\n" + retimed_markdown(retimed, strategy_order(runs), (BASELINE, "metatune"))
+        table += "\n" + retimed_markdown(retimed, strategy_order(runs), retimed_baselines(strategy_order(runs)))
     (out / TABLE_FILE).write_text(table)
     plot_curves(runs, references, out / CURVES_FILE)
     return table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from metatune import MetatuneError
@@ -11,11 +13,16 @@ from metatune.learn.train_zoo import train_all
 CONFIG = REPO_ROOT / "train" / "configs" / "x86_64-sapphirerapids-2c.yaml"
 
 
+def with_dataset(text: str, dataset: object) -> str:
+    """The config text with its `dataset:` line pointing at `dataset`."""
+    return re.sub(r"^dataset: .*$", f"dataset: {dataset}", text, count=1, flags=re.M)
+
+
 def test_a_missing_dataset_of_another_device_is_not_measured_here(tmp_path):
     configs = tmp_path / "configs"
     configs.mkdir()
     text = CONFIG.read_text().replace("device_id: x86_64-sapphirerapids-2c", "device_id: x86_64-elsewhere-64c")
-    text = text.replace("dataset: datasets/x86_64-sapphirerapids-2c", f"dataset: {tmp_path / 'missing'}")
+    text = with_dataset(text, tmp_path / "missing")
     (configs / "elsewhere.yaml").write_text(text)
     with pytest.raises(MetatuneError, match="can only be measured on x86_64-elsewhere-64c"):
         train_all(configs, tmp_path / "runs", tmp_path / "zoo")
@@ -38,11 +45,9 @@ def test_only_the_named_devices_are_trained(tmp_path):
     configs = tmp_path / "configs"
     configs.mkdir()
     text = CONFIG.read_text().replace("device_id: x86_64-sapphirerapids-2c", "device_id: x86_64-elsewhere-64c")
-    (configs / "elsewhere.yaml").write_text(text.replace("dataset: datasets/x86_64-sapphirerapids-2c",
-                                                         f"dataset: {tmp_path / 'missing'}"))
-    (configs / "other.yaml").write_text(text.replace("x86_64-elsewhere-64c", "x86_64-other-64c")
-                                        .replace("dataset: datasets/x86_64-sapphirerapids-2c",
-                                                 f"dataset: {tmp_path / 'missing-too'}"))
+    (configs / "elsewhere.yaml").write_text(with_dataset(text, tmp_path / "missing"))
+    (configs / "other.yaml").write_text(with_dataset(text.replace("x86_64-elsewhere-64c", "x86_64-other-64c"),
+                                                     tmp_path / "missing-too"))
     with pytest.raises(MetatuneError, match="can only be measured on x86_64-other-64c"):
         train_all(configs, tmp_path / "runs", tmp_path / "zoo", devices=["x86_64-other-64c"])
     assert not (tmp_path / "missing").exists()
