@@ -313,7 +313,8 @@ def write_report(out: Path, budgets: list[int]) -> str:
         table += "\n" + note + "\n"
     if (out / RETIMED_FILE).exists():
         retimed = json.loads((out / RETIMED_FILE).read_text())
-        table += "\n" + retimed_markdown(retimed, strategy_order(runs), retimed_baselines(strategy_order(runs)))
+        strategies = strategy_order(runs)
+        table += "\n" + retimed_markdown(retimed, strategies, retimed_baselines(strategies))
     (out / TABLE_FILE).write_text(table)
     plot_curves(runs, references, out / CURVES_FILE)
     return table
