@@ -22,7 +22,7 @@ demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkp
 	$(BIN)/metatune zoo resolve
 	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --db runs/demo-C6 --json runs/demo-C6.json
 
-train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing) → train → evaluate → publish, per train/configs/*.yaml (DEVICES="ID ..." for some)
+train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing or unfinished) → train → evaluate → publish, per train/configs/*.yaml (DEVICES="ID ..." for some)
 	$(BIN)/python -m metatune.learn.train_zoo $(DEVICES)
 
 bench: $(STAMP)  ## head-to-head on ResNet-18's layers (hours; resumable): every strategy, PyTorch and peak references

@@ -1,8 +1,10 @@
-"""`make train-zoo` never measures one device's dataset on another machine."""
+"""`make train-zoo` never measures one device's dataset on another machine, nor publishes a checkpoint
+from part of a dataset."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
@@ -51,3 +53,22 @@ def test_only_the_named_devices_are_trained(tmp_path):
     with pytest.raises(MetatuneError, match="can only be measured on x86_64-other-64c"):
         train_all(configs, tmp_path / "runs", tmp_path / "zoo", devices=["x86_64-other-64c"])
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_partial_dataset_is_refused_before_any_config_is_trained(tmp_path):
+    """A build that stopped part way (here: 23 of 79 workloads, the card of the shipped partial Zen 4
+    dataset) is finished on its device first; elsewhere `make train-zoo` refuses, and refuses before it
+    trains the configs sorted ahead of it, whose datasets are complete."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    shutil.copy(REPO_ROOT / "datasets" / "x86_64-znver4-2c" / "card.json", partial / "card.json")
+    (configs / "a-complete.yaml").write_text(CONFIG.read_text())
+    text = CONFIG.read_text().replace("device_id: x86_64-sapphirerapids-2c", "device_id: x86_64-elsewhere-64c")
+    (configs / "b-partial.yaml").write_text(with_dataset(text, partial))
+    with pytest.raises(MetatuneError, match=r"holds 23 of 79 workloads complete, and it can only be measured on "
+                                            r"x86_64-elsewhere-64c"):
+        train_all(configs, tmp_path / "runs", tmp_path / "zoo")
+    assert not (tmp_path / "runs").exists()
+    assert sorted(p.name for p in partial.iterdir()) == ["card.json"]
