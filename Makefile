@@ -8,7 +8,7 @@ INSTALL_LOG := $(VENV)/install.log
 .PHONY: setup demo test test-all train-zoo bench clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (metatune needs Python 3.11)"; exit 2; }
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (metatune needs Python 3.11 or 3.12: make PYTHON=python3.12 ...)"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing metatune and its pinned dependencies into $(VENV) (log: $(INSTALL_LOG))"
 	@{ $(BIN)/pip install --upgrade pip && $(BIN)/pip install -e '.[test]'; } >$(INSTALL_LOG) 2>&1 \
