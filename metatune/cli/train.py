@@ -82,16 +82,31 @@ def evaluate(
 @app.command("learning-curve")
 def learning_curve(
     data: Path = typer.Option(..., help="Dataset directory."),
-    config: Path = typer.Option(..., help="Training config whose model and pretraining settings are used."),
+    config: Path = typer.Option(..., help="Training config: its split, and (without --from) its model and "
+                                          "pretraining settings."),
     fractions: str = typer.Option("0.25,0.5,1", help="Comma-separated fractions of the training workloads "
                                                     "(each with all its records)."),
     records: str = typer.Option("50,100", help="Comma-separated records per workload (with all training workloads)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds; subsets and initialisation differ per seed."),
     out: Optional[Path] = typer.Option(None, help="JSON file for the points, rewritten after each one."),
+    source: Optional[str] = typer.Option(None, "--from", help="Another device's checkpoint (zoo id, checkpoint file "
+                                                              "or run directory): each subset fine-tunes it as "
+                                                              "`zoo adapt` does, instead of training from scratch."),
+    native: Optional[str] = typer.Option(None, help="With --from: the checkpoint trained on all of --data (zoo id, "
+                                                    "file or run directory), ranked alongside as the goal."),
+    cross: bool = typer.Option(False, "--cross", help="Every fraction with every record count (default: the "
+                                                      "fractions with all records, the record counts with all "
+                                                      "workloads)."),
+    zoo: Optional[Path] = typer.Option(None, "--zoo", help="Zoo directory for zoo ids (default: $METATUNE_ZOO, "
+                                                           "else the shipped zoo/)."),
 ) -> None:
-    """Pretrain on growing subsets of the data and rank validation/held-out workloads zero-shot (k = 0)."""
+    """Pretrain on growing subsets of the data (or, with --from, fine-tune another device's checkpoint on them)
+    and rank validation/held-out workloads zero-shot (k = 0)."""
     from metatune.learn.learning_curve import run_learning_curve
+    from metatune.learn.named_checkpoint import open_checkpoint
 
     run_learning_curve(data, config, parse_floats(fractions, "--fractions", "0.25,0.5,1"),
                        parse_ints(records, "--records", "50,100"),
-                       parse_ints(seeds, "--seeds", "0,1"), out, echo=typer.echo)
+                       parse_ints(seeds, "--seeds", "0,1"), out, echo=typer.echo,
+                       source=open_checkpoint(source, zoo) if source else None,
+                       native=open_checkpoint(native, zoo) if native else None, cross=cross)

@@ -132,6 +132,30 @@ def test_learning_curve_writes_every_point(tiny_run, tmp_path):
     assert "| training workloads | records each |" in result.output
 
 
+def test_learning_curve_from_a_checkpoint_fine_tunes_it_beside_its_goal(tiny_run, tmp_path):
+    """--from: each subset fine-tunes the checkpoint instead of a fresh model; the checkpoint itself and
+    --native are ranked first, as they are."""
+    data, run = tiny_run
+    out = tmp_path / "adapt-curve.json"
+    result = cli("learning-curve", "--data", data, "--config", run.parent / "tiny.yaml", "--from", run,
+                 "--native", run, "--fractions", "0.5,1", "--records", "20", "--cross", "--out", out)
+    assert result.exit_code == 0, result.output
+    points = json.loads(out.read_text())
+    assert [(p["model"], p["workloads"], p["records"]) for p in points] == [
+        ("source", 0, 0), ("native", 0, 0), ("fine-tuned", 2, 20), ("fine-tuned", 3, 20)]
+    source, native = points[:2]
+    assert source["heldout_pairwise"] == native["heldout_pairwise"]  # the same weights, ranked the same way
+    assert all(0.0 <= p["heldout_pairwise"] <= 1.0 and 0.0 <= p["train_pairwise"] <= 1.0 for p in points)
+    assert "| source | — | — |" in result.output and "| fine-tuned | 2 | 20 |" in result.output
+
+
+def test_learning_curve_native_without_a_source_is_refused(tiny_run):
+    data, run = tiny_run
+    result = cli("learning-curve", "--data", data, "--config", run.parent / "tiny.yaml", "--native", run)
+    assert isinstance(result.exception, MetatuneError)
+    assert "give --from too" in str(result.exception)
+
+
 @pytest.mark.parametrize("path", sorted(CONFIG.parent.rglob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_load(path):
     """The shipped configs and ablations (model options included) pass validation and name the device
