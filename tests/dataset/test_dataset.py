@@ -71,6 +71,19 @@ def test_held_out_never_in_training(tmp_path):
     assert len(families) == 9 and len(train) >= 64
 
 
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "datasets" / "specs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_draw_every_workload_they_ask_for(path):
+    """Each shipped spec draws as many distinct training workloads as its families ask for, none of them
+    held out; the adaptation specs hold no ResNet-18 layer, so that suite stays unseen after `zoo adapt`."""
+    spec = load_spec(path)
+    train = {w.key for w in spec.training_workloads()}
+    held = {w.key for w in spec.held_out_workloads()}
+    assert len(train) == sum(f.workloads for f in spec.families.values())
+    assert held and not (held & train)
+    if spec.name.startswith("adapt"):
+        assert not (train | held) & {str(w) for w in get_suite("resnet18")}
+
+
 def test_torn_line_is_cut_on_load(tmp_path):
     from metatune.dataset.store import WorkloadStore
     from metatune.workload.operators import Workload
