@@ -86,7 +86,8 @@ def learning_curve(
                                           "pretraining settings."),
     fractions: str = typer.Option("0.25,0.5,1", help="Comma-separated fractions of the training workloads "
                                                     "(each with all its records)."),
-    records: str = typer.Option("50,100", help="Comma-separated records per workload (with all training workloads)."),
+    records: str = typer.Option("50,100", help="Comma-separated records per workload (with all training workloads; "
+                                               "with --cross, with each fraction)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds; subsets and initialisation differ per seed."),
     out: Optional[Path] = typer.Option(None, help="JSON file for the points, rewritten after each one."),
     source: Optional[str] = typer.Option(None, "--from", help="Another device's checkpoint (zoo id, checkpoint file "
