@@ -20,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # help paragraphs reflow to the terminal; `code` in docstrings renders as code
 )
 # Added without a name, a module's commands are top-level (`metatune measure`); the help lists them in this order.
 for module in (device, measure, encode, tune, run, train, bench):
