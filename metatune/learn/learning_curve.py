@@ -68,15 +68,19 @@ def curve_point(config: TrainConfig, train: list[EncodedWorkload], valid: list[E
     and rank every split zero-shot."""
     if source is None:
         model, builder = new_model(config, train, config.mode, seed, template)
-        settings: PretrainConfig = config.pretrain
     else:
         model, builder = copy.deepcopy(source.model), source.builder
-        settings = AdaptConfig(seed=seed).pretrain_config(source.model.config.rank_scores)
+    settings = training_settings(config, source)
     start = time.perf_counter()
     pretrain(model, builder, train, valid, settings, seed, on_epoch=on_epoch)
     return CurvePoint(len(train), max(map(len, train)), seed, _median_pairwise(model, builder, train),
                       _median_pairwise(model, builder, valid), _median_pairwise(model, builder, heldout),
                       round(time.perf_counter() - start, 1), "trained" if source is None else "fine-tuned")
+
+
+def training_settings(config: TrainConfig, source: TrainedModel | None) -> PretrainConfig:
+    """The config's pretraining from scratch; `zoo adapt`'s fine-tuning from a source."""
+    return config.pretrain if source is None else AdaptConfig().pretrain_config(source.model.config.rank_scores)
 
 
 def as_is_point(name: str, trained: TrainedModel, train: list[EncodedWorkload], valid: list[EncodedWorkload],
@@ -118,7 +122,7 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
             points.append(as_is_point(name, named.trained, train, valid, heldout))
             _report(points, echo, out)
     start_from = source.trained if source is not None else None
-    epochs = AdaptConfig().epochs if source is not None else config.pretrain.epochs
+    epochs = training_settings(config, start_from).epochs
     done = 0
     with progress_bar() as bar:
         task = bar.add_task("learning curve", total=len(grid) * len(seeds) * epochs, status="")
