@@ -25,6 +25,8 @@ from metatune.measure.check import WrongResultError, output_error
 from metatune.measure.measurer import median_latency
 from metatune.workload.model_source import InputSpec, SourceModel
 
+MIN_REPEAT_MS = 50  # each timed repeat lasts at least this long
+
 MODEL_RTOL = 1e-4  # float32 on both sides; BatchNorm folding alone costs ~1e-6
 
 
@@ -48,7 +50,7 @@ class CompiledModel:
         """Every output, in order (the frontends return nested tuples)."""
         return _leaves(self.vm["main"](*self._tensors(inputs)))
 
-    def latency_ms(self, inputs: list[np.ndarray], repeat: int, min_repeat_ms: int = 50) -> float:
+    def latency_ms(self, inputs: list[np.ndarray], repeat: int, min_repeat_ms: int = MIN_REPEAT_MS) -> float:
         timer = self.vm.time_evaluator("main", self.device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         return median_latency(timer(*self._tensors(inputs)).results) * 1e3
 
@@ -77,9 +79,11 @@ def verify(compiled: CompiledModel, model: SourceModel, inputs: list[np.ndarray]
     return err, run_s
 
 
-def repeats_for(run_s: float, budget_s: float = 5.0, lo: int = 3, hi: int = 15) -> int:
-    """How many timed repeats fit the time budget, given one run's time."""
-    return int(min(hi, max(lo, budget_s // max(run_s, 1e-6))))
+def repeats_for(run_s: float, budget_s: float = 5.0, lo: int = 3, hi: int = 15,
+                min_repeat_ms: int = MIN_REPEAT_MS) -> int:
+    """How many timed repeats fit the time budget, given one run's time: a repeat lasts one run, or
+    about `min_repeat_ms` when a run is shorter (TVM then runs the model several times per repeat)."""
+    return int(min(hi, max(lo, budget_s // max(run_s, min_repeat_ms / 1e3, 1e-6))))
 
 
 def inputs_file(library: Path) -> Path:
