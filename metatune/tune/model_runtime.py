@@ -79,11 +79,10 @@ def verify(compiled: CompiledModel, model: SourceModel, inputs: list[np.ndarray]
     return err, run_s
 
 
-def repeats_for(run_s: float, budget_s: float = 5.0, lo: int = 3, hi: int = 15,
-                min_repeat_ms: int = MIN_REPEAT_MS) -> int:
+def repeats_for(run_s: float, budget_s: float, lo: int = 3, hi: int = 15) -> int:
     """How many timed repeats fit the time budget, given one run's time: a repeat lasts one run, or
-    about `min_repeat_ms` when a run is shorter (TVM then runs the model several times per repeat)."""
-    return int(min(hi, max(lo, budget_s // max(run_s, min_repeat_ms / 1e3, 1e-6))))
+    about MIN_REPEAT_MS when a run is shorter (TVM then runs the model several times per repeat)."""
+    return int(min(hi, max(lo, budget_s // max(run_s, MIN_REPEAT_MS / 1e3))))
 
 
 def inputs_file(library: Path) -> Path:
