@@ -45,6 +45,8 @@ def tune(
                                  "model's favourites), metatune-factor-moves (neighbours and mutants move one tile factor "
                                  "between two levels, as TVM's MutateTileSize, instead of any other tiling), "
                                  "metatune-recent-gp (the GP learns from the incumbents and the last 64 measurements only), "
+                                 "metatune-wide-first (the first batch is the cost model's picks of 1,024 random "
+                                 "configurations instead of 256), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
                                  "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "

@@ -66,6 +66,7 @@ class BatchBOSettings:
     """How BatchBO searches; every field is a keyword of `BatchBO(...)`."""
 
     pool_random: int = 256  # uniform random configurations kept in the pool
+    first_pool_random: int = 0  # random configurations the first batch (the cost model's picks) is drawn from
     pool_local: int = 256  # one-knob neighbours of the incumbents kept in the pool
     refresh_random: int = 64  # random entries renewed per batch (oldest first)
     local_per_batch: int = 128  # new incumbent neighbours per batch (each costs a replay + postprocessing)
@@ -104,6 +105,8 @@ class BatchBOSettings:
             raise ValueError("evolve_task_share must be in [0, 1]")
         if self.task_picks < 0:
             raise ValueError("task_picks must be >= 0")
+        if self.first_pool_random < 0:
+            raise ValueError("first_pool_random must be >= 0")
         if self.gp_recent < 0:
             raise ValueError("gp_recent must be >= 0")
 
@@ -169,18 +172,25 @@ class CandidatePool:
         for c in configs:
             self.entries.pop(c, None)
 
-    def update(self, batch: int, incumbents: Sequence[Config], avoid: Container[Config], thorough: bool = False) -> None:
+    def update(self, batch: int, incumbents: Sequence[Config], avoid: Container[Config], thorough: bool = False,
+               random_size: int | None = None) -> None:
         """Drop avoided entries, renew the oldest random entries, give the incumbents (best
         first) neighbours within this batch's budget, and evict neighbours of former
         incumbents (oldest first) only when the local part is over its size. `thorough`
-        ignores what earlier rounds said about exhaustion (before concluding the space is used up)."""
+        ignores what earlier rounds said about exhaustion (before concluding the space is used up);
+        `random_size` overrides `pool_random` for this batch (a wider first look); a random part
+        left over its size by such a batch is cut back to it."""
         s = self.settings
+        size = s.pool_random if random_size is None else random_size
         self.discard([c for c in self.entries if c in avoid])
         randoms = sorted((e.born, c) for c, e in self.entries.items() if e.origin is None and not e.mutant)
+        if len(randoms) > size:
+            self.discard(c for _, c in randoms[: len(randoms) - size])
+            randoms = randoms[len(randoms) - size :]
         if batch > 0 and s.refresh_random:
             self.discard(c for _, c in randoms[: s.refresh_random])
             randoms = randoms[s.refresh_random :]
-        missing = s.pool_random - len(randoms)
+        missing = size - len(randoms)
         if missing > 0:
             exclude = set(self.entries) | set(avoid)  # type: ignore[arg-type]
             seed = int(self.rng.integers(2**31 - 1))
@@ -416,11 +426,13 @@ class _BatchBOLogic(SearchLogic):
         t0 = time.perf_counter()
         avoid = set(self.observations) | self.failures | {p[1] for p in self.pending}
         before = set(self.pool.entries)
-        self.pool.update(self.stats.batches, self._incumbents(), avoid)
-        if not self.pool.entries and self.pool.random_exhausted:  # look hard before giving up
-            self.pool.update(self.stats.batches, self._incumbents(), avoid, thorough=True)
-        self.stats.pool_s += time.perf_counter() - t0
         gp_decides = len(self.observations) >= self.settings.min_observations
+        first = self.stats.batches == 0 and not gp_decides
+        random_size = (self.settings.first_pool_random or None) if first else None
+        self.pool.update(self.stats.batches, self._incumbents(), avoid, random_size=random_size)
+        if not self.pool.entries and self.pool.random_exhausted:  # look hard before giving up
+            self.pool.update(self.stats.batches, self._incumbents(), avoid, thorough=True, random_size=random_size)
+        self.stats.pool_s += time.perf_counter() - t0
         if self.settings.evolve_children and self.pool.entries and (gp_decides or self.settings.chains_before_gp):
             self._evolve(avoid)
         self.stats.pool_added += len(set(self.pool.entries) - before)

@@ -15,7 +15,8 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
   `metatune-factor-moves` — a neighbour's or mutant's tile knob moves one divisor between two of its levels
   (TVM's MutateTileSize step) instead of jumping to any other tiling of the loop; `metatune-recent-gp` — the
   GP (and so its weights on the meta-learned and the task's own model) learns from the incumbents and the last
-  64 measurements only, not the whole run;
+  64 measurements only, not the whole run; `metatune-wide-first` — the first batch (the cost model's picks alone)
+  is drawn from 1,024 random configurations instead of 256;
 * `gradient` — the same cost model, searched by gradient descent through its relaxed features (Felix);
 * `xgb` — TVM's default: XGBModel + EvolutionarySearch;
 * `xgb-transfer` — the same, with the XGBModel pretrained on a dataset's training split;
@@ -77,6 +78,7 @@ BATCH_BO_SETTINGS: dict[str, dict[str, Any]] = {
     "metatune-task-hedge": {"evolve_task_share": 0.5, "task_picks": 4},  # ... and a quarter of each batch
     "metatune-factor-moves": {"tile_moves": "factor"},  # neighbours and mutants move one tile factor at a time
     "metatune-recent-gp": {"gp_recent": 64},  # the GP learns from the incumbents and the last 64 measurements
+    "metatune-wide-first": {"first_pool_random": 1024},  # the first batch: the cost model's picks of 1,024 random
 }
 CHECKPOINT_STRATEGIES = (*BATCH_BO_SETTINGS, "gradient")  # tune with a zoo cost-model checkpoint
 STRATEGIES = (*CHECKPOINT_STRATEGIES, "xgb", "xgb-transfer", "random")

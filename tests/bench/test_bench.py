@@ -231,7 +231,7 @@ def test_a_strategy_can_name_its_checkpoint(tmp_path):
         assert {r["strategy"] for r in csv.DictReader(f)} == {"random", named}
 
 
-TAKES_A_CHECKPOINT = "only metatune, metatune-evolve, metatune-task, metatune-local, metatune-early-chains, metatune-deep-chains, metatune-space-incumbents, metatune-task-chains, metatune-task-hedge, metatune-factor-moves, metatune-recent-gp, gradient take a checkpoint"
+TAKES_A_CHECKPOINT = "only metatune, metatune-evolve, metatune-task, metatune-local, metatune-early-chains, metatune-deep-chains, metatune-space-incumbents, metatune-task-chains, metatune-task-hedge, metatune-factor-moves, metatune-recent-gp, metatune-wide-first, gradient take a checkpoint"
 
 
 @pytest.mark.parametrize("strategies, fragment", [

@@ -365,6 +365,27 @@ def test_chains_can_wait_until_the_gp_decides(target):
     assert strategy.stats.gp_batches == 1 and strategy.stats.mutants >= 24
 
 
+def test_a_wide_first_pool_is_scored_once_then_cut_back(target):
+    """`first_pool_random`: the first batch, which the cost model alone picks, is its best of that many
+    random configurations; from the next batch on the random part is back to `pool_random`, renewed as usual."""
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            pool_random=24, refresh_random=8, first_pool_random=96, evolve_children=0)
+    _run_batch(ctx)
+    assert strategy.stats.prior_batches == 1 and strategy.stats.predictions >= 96
+    randoms = lambda: [e for e in strategy.pool.entries.values() if e.origin is None and not e.mutant]  # noqa: E731
+    assert len(randoms()) == 96 - 8  # the batch took its picks out of the wide pool
+    _run_batch(ctx)
+    assert strategy.stats.gp_batches == 1
+    born = [e.born for e in randoms()]
+    assert born.count(0) <= 24 - 8 and 0 < born.count(1) <= 8  # cut back, then renewed like any batch
+    strategy, ctx = _driven("dense:m=64,n=64,k=64", target, ms.cost_model.RandomModel(seed=0), q=8, trials=32,
+                            pool_random=24, evolve_children=0)
+    _run_batch(ctx)
+    assert strategy.stats.predictions < 96 and len(randoms()) <= 24
+
+
 @pytest.mark.parametrize("per_space", [0, 1])
 def test_every_design_space_keeps_an_incumbent(target, per_space):
     """`incumbents_per_space`: besides the best measured configurations overall, the best of each
