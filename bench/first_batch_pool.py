@@ -1,15 +1,15 @@
 """Offline: is the cost model's top-q of a larger random pool faster? Simulated on a dataset's records.
 
-    .venv/bin/python -m bench.first_batch_pool datasets/x86_64-znver5-2c x86_64-znver5-2c/v2 --split valid \
-        --q 4,8,16 --pool 25,50,100,200
+    .venv/bin/python -m bench.first_batch_pool datasets/x86_64-znver5-2c x86_64-znver5-2c/v2 \
+        --config train/configs/x86_64-znver5-2c.yaml --q 4,8,16 --pool 25,50,100,200
 
 BatchBO's first batch is the zero-shot model's top-q of `pool_random` uniform random configurations.
 A dataset's records are uniform random configurations with measured latencies, so drawing N of a
 workload's records, ranking them with the checkpoint (no adaptation, k = 0) and taking the best true
 latency among the top q simulates that batch for pools of up to the records a workload holds. Printed:
 per workload and (q, N), the mean over draws of best-of-the-q's speed relative to the workload's
-fastest record, then the geometric mean over workloads. `--split valid` is the training run's
-validation workloads (seed 0, the default fraction), `all` every workload of the dataset.
+fastest record, then the geometric mean over workloads. With `--config` the workloads are that training
+config's validation split (never trained on); without it, every workload of the dataset.
 """
 
 from __future__ import annotations
@@ -29,25 +29,25 @@ def best_of_top(predicted: np.ndarray, truth: np.ndarray, pool: np.ndarray, q: i
 def main() -> None:
     from metatune.encode.graphs import load_encoded
     from metatune.encode.supergraph import GraphEncoder
-    from metatune.learn.config import TrainConfig
+    from metatune.learn.config import load_config
     from metatune.learn.evaluate import gcn_adapter
     from metatune.learn.named_checkpoint import open_checkpoint
-    from metatune.learn.train import _split_validation
+    from metatune.learn.train import load_splits
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", type=Path)
     parser.add_argument("checkpoint", help="zoo id or checkpoint file")
-    parser.add_argument("--split", choices=("valid", "all"), default="valid")
+    parser.add_argument("--config", type=Path, help="training config whose validation workloads to use")
     parser.add_argument("--q", default="4,8,16", help="batch sizes")
     parser.add_argument("--pool", default="25,50,100,200", help="pool sizes (at most a workload's records)")
     parser.add_argument("--draws", type=int, default=400)
     args = parser.parse_args()
     torch.set_num_threads(2)
     trained = open_checkpoint(args.checkpoint).trained
-    workloads = load_encoded(args.dataset, GraphEncoder(trained.builder.template))
-    if args.split == "valid":
-        _, workloads = _split_validation([w for w in workloads if w.split == "train"],
-                                         TrainConfig.model_fields["valid_fraction"].default, seed=0)
+    if args.config:
+        _, _, workloads, _ = load_splits(args.dataset, load_config(args.config))
+    else:
+        workloads = load_encoded(args.dataset, GraphEncoder(trained.builder.template))
     rank = gcn_adapter(trained.model, trained.builder, workloads, trained.maml)
     rng = np.random.default_rng(0)
     qs, pools = [int(x) for x in args.q.split(",")], [int(x) for x in args.pool.split(",")]
