@@ -5,7 +5,7 @@ root=$(git rev-parse --show-toplevel); cd $root
 old=${OLD:-$root/../metatune-b82b7d6}
 out=$root/runs/xgb-threads-ab; mkdir -p $out
 i=0
-for seed in 0 1 2; do
+for seed in ${SEEDS:-0 1 2}; do
   while read -r name wl; do
     i=$((i+1))
     if [ $((i % 2)) -eq 0 ]; then order="old new"; else order="new old"; fi
