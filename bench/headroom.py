@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from metatune.bench.report import geomean, retimed_medians
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,9 @@ def load_kernels(path: Path) -> dict[str, list[Kernel]]:
 
 def reference_gflops(reference: Reference) -> dict[str, float]:
     """The reference strategy's re-timed best at its budget, by workload (median over its repeats)."""
-    data = json.loads(reference.path.read_text())
-    out = {}
-    for name, entry in data["workloads"].items():
-        values = [r["gflops"] for r in entry["runs"]
-                  if r["strategy"] == reference.strategy and r["budget"] == reference.budget and r.get("gflops")]
-        if values:
-            out[name] = statistics.median(values)
+    medians = retimed_medians(json.loads(reference.path.read_text()))
+    out = {name: value for (name, strategy, budget), value in medians.items()
+           if strategy == reference.strategy and budget == reference.budget}
     if not out:
         raise SystemExit(f"no re-timed {reference.strategy} runs at {reference.budget} trials in {reference.path}")
     return out
@@ -84,18 +80,18 @@ def headroom(reference: Reference, others: list[Path], peak: float | None = None
                     fastest[name] = kernel
     header = f"| workload | {reference.strategy}@{reference.budget} | fastest found | fastest / reference |"
     lines = [header + (" peak / reference |" if peak else ""), "|---|---|---|---|" + ("---|" if peak else "")]
-    logs, peak_logs = [], []
+    ratios, peak_ratios = [], []
     for name, value in ref.items():
         best = fastest[name]
-        logs.append(math.log(best.gflops / value))
+        ratios.append(best.gflops / value)
         row = f"| {name} | {value:.0f} | {best.gflops:.0f} ({best.source}) | {best.gflops / value:.2f}× |"
         if peak:
-            peak_logs.append(math.log(max(peak, best.gflops) / value))
+            peak_ratios.append(max(peak, best.gflops) / value)
             row += f" {max(peak, best.gflops) / value:.2f}× |"
         lines.append(row)
-    summary = f"| **geomean** | | | **{math.exp(sum(logs) / len(logs)):.2f}×** |"
+    summary = f"| **geomean** | | | **{geomean(ratios):.2f}×** |"
     if peak:
-        summary += f" **{math.exp(sum(peak_logs) / len(peak_logs)):.2f}×** |"
+        summary += f" **{geomean(peak_ratios):.2f}×** |"
     lines.append(summary)
     return "\n".join(lines)
 

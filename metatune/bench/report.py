@@ -228,17 +228,21 @@ def gp_summary(runs: list[Run], strategies: list[str]) -> str:
                       "|---|---|---|---|---|", *rows])
 
 
+def retimed_medians(data: dict[str, Any]) -> dict[tuple[str, str, int], float]:
+    """A `bench --retime` file's GFLOPS per (workload, strategy, budget), the median over repeats."""
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for name, workload in data["workloads"].items():
+        for run in workload["runs"]:
+            if run["gflops"] is not None:
+                groups.setdefault((name, run["strategy"], run["budget"]), []).append(run["gflops"])
+    return {k: statistics.median(v) for k, v in groups.items()}
+
+
 def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tuple[str, ...] = ("xgb",)) -> str:
     """The re-timed best GFLOPS per workload, strategy and budget (median over repeats), and the
     geometric-mean speed-up of each strategy over each baseline at the same budget."""
     budgets = data["budgets"]
-    best: dict[tuple[str, str, int], float] = {}
-    for name, workload in data["workloads"].items():
-        groups: dict[tuple[str, str, int], list[float]] = {}
-        for run in workload["runs"]:
-            if run["gflops"] is not None:
-                groups.setdefault((name, run["strategy"], run["budget"]), []).append(run["gflops"])
-        best.update({k: statistics.median(v) for k, v in groups.items()})
+    best = retimed_medians(data)
     names = list(data["workloads"])
     strategies = [s for s in strategies if any(k[1] == s for k in best)]
     lines = [f"Re-timed side by side ({data['rounds']} interleaved rounds on {data['device_id']}): best GFLOPS of "
