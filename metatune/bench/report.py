@@ -1,7 +1,7 @@
 """Tables and curves from a bench directory's run results (re-derivable at any time).
 
 Numbers over repeats are medians. "vs xgb" ratios are best-latency speed-ups over TVM's default
-tuner at the same budget, combined over workloads by geometric mean. A reference whose timing
+tuner at the same budget, combined over workloads by geometric mean. A reference whose
 timing was unstable (references.py) is shown, but no ratio is taken against it: `unstable`.
 """
 
@@ -238,9 +238,21 @@ def retimed_medians(data: dict[str, Any]) -> dict[tuple[str, str, int], float]:
     return {k: statistics.median(v) for k, v in groups.items()}
 
 
+def retimed_by_repeat(data: dict[str, Any]) -> dict[tuple[str, str, int, int], float]:
+    """A `bench --retime` file's GFLOPS per (workload, strategy, repeat, budget)."""
+    return {(name, run["strategy"], int(run.get("repeat", 0)), run["budget"]): run["gflops"]
+            for name, workload in data["workloads"].items() for run in workload["runs"] if run["gflops"] is not None}
+
+
+def _ratio_row(label: list[str], ratios: list[float | None]) -> str:
+    return "| " + " | ".join([*label, *(_fmt(r, 2, "×") for r in ratios)]) + " |"
+
+
 def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tuple[str, ...] = ("xgb",)) -> str:
-    """The re-timed best GFLOPS per workload, strategy and budget (median over repeats), and the
-    geometric-mean speed-up of each strategy over each baseline at the same budget."""
+    """The re-timed best GFLOPS per workload, strategy and budget (median over repeats), the
+    geometric-mean speed-up of each strategy over each baseline at the same budget, and, against
+    the first baseline present: the same per repeat (how much one seed moves it) and each budget
+    against the baseline's largest (how few trials match it)."""
     budgets = data["budgets"]
     best = retimed_medians(data)
     names = list(data["workloads"])
@@ -251,17 +263,60 @@ def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tup
     for n in names:
         for s in strategies:
             lines.append(f"| {n} | {s} | " + " | ".join(_fmt(best.get((n, s, b))) for b in budgets) + " |")
-    for baseline in baselines:
-        if not any(k[1] == baseline for k in best):
-            continue
+    present = [b for b in baselines if any(k[1] == b for k in best)]
+    for baseline in present:
         lines += ["", f"Re-timed: geometric-mean speed-up over {baseline} at the same budget (workloads where both "
                   "reached it).", "", "| strategy | " + " | ".join(f"vs {baseline} @{b}" for b in budgets) + " |",
                   "|" + "---|" * (len(budgets) + 1)]
         for s in strategies:
-            ratios = [geomean([best[(n, s, b)] / best[(n, baseline, b)] for n in names
-                                if (n, s, b) in best and (n, baseline, b) in best]) for b in budgets]
-            lines.append(f"| {s} | " + " | ".join(_fmt(r, 2, "×") for r in ratios) + " |")
+            lines.append(_ratio_row([s], [geomean([best[(n, s, b)] / best[(n, baseline, b)] for n in names
+                                                   if (n, s, b) in best and (n, baseline, b) in best])
+                                          for b in budgets]))
+    if present:
+        lines += _per_repeat_lines(data, strategies, present[0]) + _against_largest_lines(data, strategies, present[0])
     return "\n".join(lines) + "\n"
+
+
+def _per_repeat_lines(data: dict[str, Any], strategies: list[str], baseline: str) -> list[str]:
+    """Each repeat's own ratio over the baseline's run of the same repeat (nothing with one repeat)."""
+    budgets, names = data["budgets"], list(data["workloads"])
+    gflops = retimed_by_repeat(data)
+    repeats = sorted({k[2] for k in gflops})
+    if len(repeats) < 2:
+        return []
+    lines = ["", f"Re-timed, repeat by repeat: geometric-mean speed-up over {baseline}'s run of the same repeat at "
+             "the same budget (workloads where both reached it).", "",
+             "| strategy | repeat | " + " | ".join(f"vs {baseline} @{b}" for b in budgets) + " |",
+             "|" + "---|" * (len(budgets) + 2)]
+    for s in strategies:
+        if s == baseline:
+            continue
+        for rep in repeats:
+            ratios = [geomean([gflops[(n, s, rep, b)] / gflops[(n, baseline, rep, b)] for n in names
+                               if (n, s, rep, b) in gflops and (n, baseline, rep, b) in gflops]) for b in budgets]
+            if any(r is not None for r in ratios):
+                lines.append(_ratio_row([s, str(rep)], ratios))
+    return lines
+
+
+def _against_largest_lines(data: dict[str, Any], strategies: list[str], baseline: str) -> list[str]:
+    """Each budget of each strategy against the baseline after its largest budget (median of repeats)."""
+    budgets, names = data["budgets"], list(data["workloads"])
+    best = retimed_medians(data)
+    last = max((b for b in budgets if any((n, baseline, b) in best for n in names)), default=None)
+    if last is None or len(budgets) < 2:
+        return []
+    lines = ["", f"Re-timed: geometric-mean speed-up over {baseline} after its largest budget ({last} trials), by own "
+             f"budget (median of repeats; workloads where {baseline} reached it): how few trials match it.", "",
+             "| strategy | " + " | ".join(f"@{b} vs {baseline} @{last}" for b in budgets) + " |",
+             "|" + "---|" * (len(budgets) + 1)]
+    for s in strategies:
+        if s == baseline:
+            continue
+        lines.append(_ratio_row([s], [geomean([best[(n, s, b)] / best[(n, baseline, last)] for n in names
+                                               if (n, s, b) in best and (n, baseline, last) in best])
+                                      for b in budgets]))
+    return lines
 
 
 def plot_curves(runs: list[Run], references: dict[str, Any], path: Path) -> None:

@@ -26,3 +26,34 @@ def test_the_table_gives_each_checkpoint_the_ratio_over_the_other():
     assert "| metatune@runs/candidate | 2.83× |" in table
     assert "| metatune@dev/v1 | 0.35× |" in table
     assert "over xgb" not in table
+
+
+def retimed_repeats(gflops: dict[tuple[str, int, int], list[float]], budgets: list[int]) -> dict:
+    """Two workloads; (strategy, repeat, budget) -> the kernel's re-timed GFLOPS on each workload."""
+    runs = {name: {"kernels": len(gflops), "runs": [{"strategy": s, "repeat": rep, "budget": b, "gflops": g[i]}
+                                                      for (s, rep, b), g in gflops.items()]}
+            for i, name in enumerate(["conv", "dense"])}
+    return {"device_id": "x86_64-test-2c", "rounds": 3, "budgets": budgets, "workloads": runs}
+
+
+def test_each_repeat_is_compared_with_the_baselines_run_of_the_same_repeat():
+    data = retimed_repeats({("metatune", 0, 16): [200.0, 200.0], ("xgb", 0, 16): [100.0, 100.0],
+                            ("metatune", 1, 16): [150.0, 150.0], ("xgb", 1, 16): [150.0, 150.0]}, [16])
+    table = retimed_markdown(data, ["metatune", "xgb"])
+    # repeat 0: 2×, repeat 1: 1×; the medians of repeats (175 / 125) give 1.40×
+    assert "| metatune | 0 | 2.00× |" in table
+    assert "| metatune | 1 | 1.00× |" in table
+    assert "| metatune | 1.40× |" in table
+
+
+def test_one_repeat_has_no_repeat_table():
+    data = retimed_repeats({("metatune", 0, 16): [200.0, 200.0], ("xgb", 0, 16): [100.0, 100.0]}, [16])
+    assert "repeat by repeat" not in retimed_markdown(data, ["metatune", "xgb"])
+
+
+def test_every_budget_is_set_against_the_baselines_largest():
+    data = retimed_repeats({("metatune", 0, 16): [100.0, 100.0], ("metatune", 0, 64): [400.0, 100.0],
+                            ("xgb", 0, 16): [50.0, 50.0], ("xgb", 0, 64): [200.0, 200.0]}, [16, 64])
+    table = retimed_markdown(data, ["metatune", "xgb"])
+    # @16: 0.5× and 0.5×; @64: 2× and 0.5×, geomean 1×
+    assert "| metatune | 0.50× | 1.00× |" in table.split("after its largest budget (64 trials)")[1]
