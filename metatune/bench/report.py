@@ -228,20 +228,18 @@ def gp_summary(runs: list[Run], strategies: list[str]) -> str:
                       "|---|---|---|---|---|", *rows])
 
 
-def retimed_medians(data: dict[str, Any]) -> dict[tuple[str, str, int], float]:
-    """A `bench --retime` file's GFLOPS per (workload, strategy, budget), the median over repeats."""
-    groups: dict[tuple[str, str, int], list[float]] = {}
-    for name, workload in data["workloads"].items():
-        for run in workload["runs"]:
-            if run["gflops"] is not None:
-                groups.setdefault((name, run["strategy"], run["budget"]), []).append(run["gflops"])
-    return {k: statistics.median(v) for k, v in groups.items()}
-
-
 def retimed_by_repeat(data: dict[str, Any]) -> dict[tuple[str, str, int, int], float]:
     """A `bench --retime` file's GFLOPS per (workload, strategy, repeat, budget)."""
     return {(name, run["strategy"], int(run.get("repeat", 0)), run["budget"]): run["gflops"]
             for name, workload in data["workloads"].items() for run in workload["runs"] if run["gflops"] is not None}
+
+
+def retimed_medians(data: dict[str, Any]) -> dict[tuple[str, str, int], float]:
+    """A `bench --retime` file's GFLOPS per (workload, strategy, budget), the median over repeats."""
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for (name, strategy, _, budget), gflops in retimed_by_repeat(data).items():
+        groups.setdefault((name, strategy, budget), []).append(gflops)
+    return {k: statistics.median(v) for k, v in groups.items()}
 
 
 def _ratio_row(label: list[str], ratios: list[float | None]) -> str:
@@ -273,7 +271,8 @@ def retimed_markdown(data: dict[str, Any], strategies: list[str], baselines: tup
                                                    if (n, s, b) in best and (n, baseline, b) in best])
                                           for b in budgets]))
     if present:
-        lines += _per_repeat_lines(data, strategies, present[0]) + _against_largest_lines(data, strategies, present[0])
+        lines += _per_repeat_lines(data, strategies, present[0]) + _against_largest_lines(data, best, strategies,
+                                                                                         present[0])
     return "\n".join(lines) + "\n"
 
 
@@ -299,10 +298,10 @@ def _per_repeat_lines(data: dict[str, Any], strategies: list[str], baseline: str
     return lines
 
 
-def _against_largest_lines(data: dict[str, Any], strategies: list[str], baseline: str) -> list[str]:
-    """Each budget of each strategy against the baseline after its largest budget (median of repeats)."""
+def _against_largest_lines(data: dict[str, Any], best: dict[tuple[str, str, int], float], strategies: list[str],
+                           baseline: str) -> list[str]:
+    """Each budget of each strategy against the baseline after its largest budget (`best`: the medians of repeats)."""
     budgets, names = data["budgets"], list(data["workloads"])
-    best = retimed_medians(data)
     last = max((b for b in budgets if any((n, baseline, b) in best for n in names)), default=None)
     if last is None or len(budgets) < 2:
         return []
