@@ -23,6 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import kendalltau
 
+from bench.model_args import add_model_arguments, resolve_model
+
 TOP = 16  # one batch
 
 
@@ -68,23 +70,16 @@ def model_scores(trained: Any, context: Any, known: list[Any], later: list[Any])
 def main() -> None:
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from metatune.env.device import fingerprint_for_target, local_fingerprint
-    from metatune.env.tvm_setup import import_tensor_intrinsics
-    from metatune.tune.tuner import resolve_checkpoint
     from metatune.workload.operators import resolve_workload
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="a `metatune bench --out` directory")
     parser.add_argument("--strategy", default="metatune", help="whose runs (their databases) to read")
     parser.add_argument("--train", type=int, default=128, help="measurements the models learn from")
-    parser.add_argument("--target", default=None, help="the target the bench tuned for (default: this machine)")
-    parser.add_argument("--checkpoint", default="auto", help="as `metatune tune --checkpoint`")
+    add_model_arguments(parser)
     parser.add_argument("--json", type=Path, help="write the per-workload numbers here")
     args = parser.parse_args()
-    import_tensor_intrinsics()
-    fingerprint = fingerprint_for_target(args.target) if args.target else local_fingerprint()
-    target = fingerprint.tvm_target()
-    trained, checkpoint, _ = resolve_checkpoint(args.checkpoint, fingerprint)
+    target, trained, checkpoint = resolve_model(args)
     rows: dict[str, dict[str, dict[str, float]]] = {}
     for result_file in sorted((args.out / "runs").glob(f"*/{args.strategy}-r0.json")):
         run = read_run(result_file.with_suffix(""))

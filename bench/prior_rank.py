@@ -24,6 +24,8 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
+from bench.model_args import add_model_arguments, resolve_model
+
 
 def percentile_among(scores: Sequence[float], reference: Sequence[float]) -> np.ndarray:
     """For each score, the share (in %) of `reference` scores strictly below it."""
@@ -40,11 +42,8 @@ def main() -> None:
     from tvm.s_tir.meta_schedule import TuneContext
 
     from bench.search_moves import latency, read_records
-    from metatune.env.device import fingerprint_for_target, local_fingerprint
-    from metatune.env.tvm_setup import import_tensor_intrinsics
     from metatune.search.online_model import MetaTuneCostModel
     from metatune.space.knob_space import DesignSpaces
-    from metatune.tune.tuner import resolve_checkpoint
     from metatune.workload.operators import resolve_workload
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -52,14 +51,10 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", help="suite names (default: every workload of the directory)")
     parser.add_argument("--random", type=int, default=1000, help="random configurations to place the kernels among")
     parser.add_argument("--top", type=int, default=8, help="the fastest kernels to place")
-    parser.add_argument("--target", default=None, help="the target the bench tuned for (default: this machine)")
-    parser.add_argument("--checkpoint", default="auto", help="as `metatune tune --checkpoint`")
+    add_model_arguments(parser)
     parser.add_argument("--json", type=Path, help="write the per-workload numbers here")
     args = parser.parse_args()
-    import_tensor_intrinsics()
-    fingerprint = fingerprint_for_target(args.target) if args.target else local_fingerprint()
-    target = fingerprint.tvm_target()
-    trained, checkpoint, _ = resolve_checkpoint(args.checkpoint, fingerprint)
+    target, trained, checkpoint = resolve_model(args)
     names = args.workloads or sorted(p.name for p in (args.out / "runs").iterdir() if p.is_dir())
     rows: dict[str, dict[str, object]] = {}
     for name in names:
