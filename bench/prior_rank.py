@@ -1,5 +1,5 @@
 """Would the zoo checkpoint have pointed a search at a workload's fastest known kernels? Their zero-shot
-scores placed among uniformly random configurations of the same design spaces.
+scores placed among random configurations of the same design spaces.
 
     .venv/bin/python -m bench.prior_rank runs/other-256 --workloads gpt2-mlp-out gpt2-scores --random 1000
 
