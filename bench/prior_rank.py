@@ -41,7 +41,7 @@ def fastest(latencies: Sequence[float], top: int) -> np.ndarray:
 def main() -> None:
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from bench.search_moves import latency, read_records
+    from bench.late_ranking import read_run
     from metatune.search.online_model import MetaTuneCostModel
     from metatune.space.knob_space import DesignSpaces
     from metatune.workload.operators import resolve_workload
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the per-workload numbers here")
     args = parser.parse_args()
     target, trained, checkpoint = resolve_model(args)
+    model = MetaTuneCostModel(trained)
     names = args.workloads or sorted(p.name for p in (args.out / "runs").iterdir() if p.is_dir())
     rows: dict[str, dict[str, object]] = {}
     for name in names:
@@ -62,11 +63,8 @@ def main() -> None:
         if not run_files:
             raise SystemExit(f"{args.out / 'runs' / name}: no run of this workload")
         workload = resolve_workload(json.loads(run_files[0].read_text())["workload"])
-        measured = [(r, latency(r)) for f in run_files if f.with_suffix("").is_dir()
-                    for r in read_records(f.with_suffix(""))]
-        measured = [(r, lat) for r, lat in measured if np.isfinite(lat)]
+        measured = [m for f in run_files if f.with_suffix("").is_dir() for m in read_run(f.with_suffix(""))]
         context = TuneContext(mod=workload.irmodule(), target=target, task_name="main")
-        model = MetaTuneCostModel(trained)
         latencies = np.array([lat for _, lat in measured])
         scores = np.asarray(model.predict(context, [r.as_measure_candidate() for r, _ in measured]))
         random = DesignSpaces(workload, target).random_candidates(args.random, seed=0)
