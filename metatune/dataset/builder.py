@@ -118,8 +118,13 @@ class DatasetBuilder:
         done = sum(min(s.num_records, target) for s in stores)
         start = time.perf_counter()
         prior = read_card(self.store.dir) or {}
+        if prior and all(s.sealed for s in stores):
+            return prior  # nothing left to measure: the card already describes every record
         prior_wall = prior.get("wall_s", 0.0)
-        self.remeasured_batches = (prior.get("load_check") or {}).get("remeasured_batches", 0)
+        prior_load = prior.get("load_check") or {}
+        self.remeasured_batches = prior_load.get("remeasured_batches", 0)
+        # a resumed build is watched only if its earlier parts were (a card from before the check has none)
+        self.watched_throughout = self.watch_load and (not prior or bool(prior_load.get("watched")))
         with progress_bar() as bar:
             task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
             try:
@@ -202,7 +207,7 @@ class DatasetBuilder:
             "samples_per_workload": self.spec.samples_per_workload,
             **compute_counts(self.store),
             "measure_settings": self.measurer.settings.__dict__,
-            "load_check": {"watched": self.watch_load, "limit_cores": DISTURBING_CORES,
+            "load_check": {"watched": self.watched_throughout, "limit_cores": DISTURBING_CORES,
                            "retries": self.retries_under_load, "remeasured_batches": self.remeasured_batches},
             "wall_s": round(wall_s, 1),
             "versions": {"metatune": __version__, "tvm": tvm.__version__},
@@ -233,6 +238,8 @@ def summarize(card: dict) -> str:
         lines.append(f"other processes' load: {load['remeasured_batches']} batches timed again, "
                      f"{card.get('disturbed_records', 0)} records kept although timed beside "
                      f">= {load['limit_cores']} busy cores")
+    elif load is not None:
+        lines.append("other processes' load: not watched for all of this dataset's build")
     kinds = card.get("failures_by_kind", {})
     if kinds:
         lines.append("failures by kind: " + json.dumps(kinds, sort_keys=True))

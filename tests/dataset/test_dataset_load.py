@@ -61,3 +61,34 @@ def test_a_dataset_built_before_the_check_says_it_was_not_watched():
     card = read_card(REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")
     assert "load_check" not in card
     assert "not watched" in builder.summarize(card)
+
+
+def strip_load_check(out):
+    """The card a build wrote before the load check existed."""
+    from metatune.dataset.card import write_card
+
+    card = read_card(out)
+    del card["load_check"]
+    write_card(out, card)
+    return card
+
+
+def test_a_build_with_nothing_left_to_measure_leaves_the_card_as_it_was(tmp_path):
+    spec, out = write_spec(tmp_path, samples=2), tmp_path / "ds"
+    builder.build_dataset(spec, out, batch=2)
+    old = strip_load_check(out)
+    assert builder.build_dataset(spec, out, batch=2) == old
+    assert read_card(out) == old, "a resume that measured nothing rewrote the card"
+
+
+def test_resuming_a_build_of_unwatched_parts_does_not_call_the_whole_watched(tmp_path):
+    import shutil
+
+    spec, out = write_spec(tmp_path, samples=2), tmp_path / "ds"
+    builder.build_dataset(spec, out, batch=2)
+    strip_load_check(out)
+    shutil.rmtree(next(iter(DatasetStore(out))).dir)  # one workload left to measure, now with the check on
+    card = builder.build_dataset(spec, out, batch=2)
+    assert card["totals"]["complete"] == card["totals"]["workloads"]
+    assert card["load_check"]["watched"] is False
+    assert "not watched for all" in builder.summarize(card)
