@@ -1,10 +1,11 @@
 """A dataset build times a batch again while other processes keep the cores busy, and marks what it keeps."""
 
 import os
+import shutil
 import signal
 
 from metatune.dataset import builder
-from metatune.dataset.card import compute_counts, read_card
+from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.store import DISTURBED_FILE, DatasetStore
 from metatune.measure.cpu_load import DISTURBING_CORES
 from metatune.workload.operators import Workload
@@ -65,8 +66,6 @@ def test_a_dataset_built_before_the_check_says_it_was_not_watched():
 
 def strip_load_check(out):
     """The card a build wrote before the load check existed."""
-    from metatune.dataset.card import write_card
-
     card = read_card(out)
     del card["load_check"]
     write_card(out, card)
@@ -82,8 +81,6 @@ def test_a_build_with_nothing_left_to_measure_leaves_the_card_as_it_was(tmp_path
 
 
 def test_resuming_a_build_of_unwatched_parts_does_not_call_the_whole_watched(tmp_path):
-    import shutil
-
     spec, out = write_spec(tmp_path, samples=2), tmp_path / "ds"
     builder.build_dataset(spec, out, batch=2)
     strip_load_check(out)
