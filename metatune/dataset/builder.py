@@ -232,13 +232,14 @@ def summarize(card: dict) -> str:
                 f"{family:<18}{split:<9}{c['workloads']:>10}{c['complete']:>10}{c['records']:>9}{c['failures']:>9}"
             )
     load = card.get("load_check")
-    if load is None and "source" not in card:
-        lines.append("other processes' load: not watched when this dataset was built")
-    elif load is not None and load["watched"]:
+    if load is None:
+        if "source" not in card:
+            lines.append("other processes' load: not watched when this dataset was built")
+    elif load["watched"]:
         lines.append(f"other processes' load: {load['remeasured_batches']} batches timed again, "
                      f"{card.get('disturbed_records', 0)} records kept although timed beside "
                      f">= {load['limit_cores']} busy cores")
-    elif load is not None:
+    else:
         lines.append("other processes' load: not watched for all of this dataset's build")
     kinds = card.get("failures_by_kind", {})
     if kinds:
