@@ -26,7 +26,7 @@ def kernels(workload_text: str, db: Path | None, count: int) -> list:
     from metatune.env.device import local_fingerprint
     from metatune.measure.measurer import median_latency, successful_run_seconds
     from metatune.space.knob_space import DesignSpaces
-    from metatune.tune.tuner import trial_lines
+    from metatune.measure.database import trial_lines
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(workload_text)

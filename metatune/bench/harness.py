@@ -25,7 +25,7 @@ from metatune.bench.failures import FAILURES_FILE, RunFailure, clear_failure, re
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-from metatune.env.device import fingerprint_for_target, local_fingerprint, require_runnable, usable_cores
+from metatune.env.device import fingerprint_for_target, require_runnable, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
 from metatune.learn.named_checkpoint import open_checkpoint
@@ -163,7 +163,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         if done_trials[key] >= config.max_trials:
             continue
         if key.strategy == "xgb-transfer" and transfer is None:
-            transfer = _transfer_model(echo)
+            transfer = _transfer_model(echo, config.target)
         previous = done_trials[key]
 
         def report(n: int, total: int, best: float, key: RunKey = key, base: int = offset - previous) -> None:
@@ -175,7 +175,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             result = tune_workload(bench_workload.workload, config.max_trials, strategy, key.db_dir(config.out),
                                    checkpoint=checkpoint or config.checkpoint, runner=config.runner,
                                    trials_per_iter=config.trials_per_iter, seed=key.repeat, report=report,
-                                   transfer=transfer, target=config.target).to_json()
+                                   transfer=transfer, target=config.target, check_at=config.budgets).to_json()
         except Exception as error:  # one run's failure must not end the others (Ctrl-C is no Exception)
             failure = RunFailure.of(error, key.workload, key.strategy, key.repeat,
                                     _trials_in(key.db_dir(config.out), bench_workload), config.max_trials)
@@ -217,6 +217,9 @@ def check_request(config: BenchConfig) -> None:
         raise RunnerSpecError(f"unknown runner {config.runner!r}: expected 'local' or {RPC_URL_FORM}")
     else:
         parse_rpc_url(config.runner)  # the servers' device is known once they answer, run by run
+        if config.references:
+            raise MetatuneError("the references (PyTorch eager, the fp32 peak) would be timed on this machine and "
+                                "the kernels on the RPC servers: pass --no-references with an RPC runner")
     checkpoints = {checkpoint or config.checkpoint for name, checkpoint in map(split_strategy, config.strategies)
                    if name in CHECKPOINT_STRATEGIES}
     for checkpoint in sorted(checkpoints):
@@ -301,9 +304,10 @@ def _tvm_threads() -> int:
     return use_threads(usable_cores())
 
 
-def _transfer_model(echo: Callable[[str], None]) -> Any:
-    """xgb-transfer's pretrained XGBModel, trained once per bench on the shipped dataset."""
+def _transfer_model(echo: Callable[[str], None], target: str | None) -> Any:
+    """xgb-transfer's pretrained XGBModel, trained once per bench on the dataset of the device the
+    bench tunes for (`--target`; this machine by default), as `metatune tune` would train it."""
 
     import_tensor_intrinsics()
-    fp = local_fingerprint()
+    fp = fingerprint_for_target(target)
     return TransferredXGB.from_dataset(default_dataset_dir(fp.device_id), fp.tvm_target(), echo=echo)

@@ -8,7 +8,7 @@ compiles it) so that onnxruntime runs the same network; the tuned library is che
 and timed against it in paired passes, like every reference.
 Layout: `model/<name>/<strategy>-r<repeat>/` (database, exported library), `<strategy>-r<repeat>-
 t<trials>.json` (the `ModelTuneResult`, with `onnxruntime`), `<name>.onnx`, and `model_table.md`.
-Strategies alternate per repeat, as in the suite bench.
+The strategies' order is reversed every other repeat (the suite bench rotates it per workload).
 
 `replay_at` answers "how soon does a strategy get there": the model as the first N trials of a
 longer run left it (that run's database cut to its first N records, which TVM's JSONDatabase

@@ -58,6 +58,16 @@ class Run:
             return None
         return curve[budget - 1] or None
 
+    def error_at(self, budget: int) -> float | None:
+        """Max relative error against NumPy of the best kernel after `budget` trials; None where it was
+        not checked (results written before budgets were checked one by one verified the final kernel only)."""
+        if not self.data.get("verified"):
+            return None
+        checked = self.data.get("checked_at")
+        if checked is None:
+            return self.data.get("max_rel_error") if budget >= self.data["trials"] else None
+        return checked.get(str(budget))
+
     def trials_to_reach(self, gflops: float) -> int | None:
         return next((i + 1 for i, g in enumerate(self.data["curve"]) if g >= gflops), None)
 
@@ -85,6 +95,16 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def trials_to_reach(runs: list[Run], name: str, strategy: str, gflops: float) -> float | None:
+    """The median over repeats of the trials each needed to reach `gflops`; a repeat that never did
+    counts as slower than any that did, so the median is None (never) once half the repeats missed."""
+    counts = sorted((r.trials_to_reach(gflops) or math.inf) for r in runs if r.name == name and r.strategy == strategy)
+    if not counts:
+        return None
+    median = statistics.median(counts)
+    return None if math.isinf(median) else median
+
+
 def best(runs: list[Run], name: str, strategy: str, budget: int) -> float | None:
     return _median([r.best_at(budget) for r in runs if r.name == name and r.strategy == strategy])
 
@@ -103,6 +123,7 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
                     "repeat": r.data["repeat"], "budget": budget, "best_gflops": gflops,
                     "best_latency_us": round(_flops(r) / gflops / 1e3, 3),
                     **{k: r.data.get(k) for k in CSV_FIELDS[7:] if k != "timed_trials"}, "timed_trials": r.timed_trials,
+                    "verified": r.error_at(budget) is not None, "max_rel_error": r.error_at(budget),
                 })
 
 
@@ -148,7 +169,7 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
             values = [best(runs, n, s, b) for b in budgets]
             reached = None
             if xgb_max[n]:
-                reached = _median([r.trials_to_reach(0.95 * xgb_max[n]) for r in runs if r.name == n and r.strategy == s])
+                reached = trials_to_reach(runs, n, s, 0.95 * xgb_max[n])
             final = next((v for v in reversed(values) if v is not None), None)
             lines.append("| " + " | ".join([
                 n, s, *[_fmt(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),

@@ -6,14 +6,14 @@ suite"), so best latencies taken during tuning compare the host's phases as much
 Here, per workload, the kernel each run would deploy after each budget (its best so far, by the
 latencies it saw while tuning) is built and timed again together with all the others, in rounds of
 shuffled order; a kernel's latency is the median of its rounds' medians. Every kernel is checked
-against NumPy again on the way (the measurer verifies before it times).
+against NumPy on the way (the measurer checks each one after timing it); a check that fails is
+reported as the run's failure at that budget, never as a slow kernel.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,34 +23,10 @@ from metatune import MetatuneError
 from metatune.bench.harness import BenchConfig, RunKey, plan, write_json
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.env.device import fingerprint_for_target
-from metatune.measure.measurer import Measurer, median_latency, successful_run_seconds
-from metatune.tune.tuner import trial_lines
+from metatune.measure.database import best_so_far, trial_lines
+from metatune.measure.measurer import Measurer
 
 RETIMED_FILE = "retimed.json"
-
-
-@dataclass(frozen=True)
-class Deployed:
-    """The kernel a run would deploy after `budget` trials: its trial index and tuning-time latency."""
-
-    key: RunKey
-    budget: int
-    trial: int
-    tuned_s: float
-
-
-def deployed_kernels(bench_workload: BenchWorkload, key: RunKey, out: Path,
-                     budgets: list[int]) -> tuple[list[Deployed], list[tuple[Any, Any]]]:
-    """The best-so-far trial of one run at each budget it reached, and the run's trial lines."""
-    lines = trial_lines(key.db_dir(out), bench_workload.workload.irmodule())
-    deployed, best, best_at = [], float("inf"), -1
-    for i, (_, record) in enumerate(lines):
-        secs = successful_run_seconds(record[1])
-        if secs and (latency := median_latency(secs, high=True)) < best:
-            best, best_at = latency, i
-        if i + 1 in budgets and best_at >= 0:
-            deployed.append(Deployed(key, i + 1, best_at, best))
-    return deployed, lines
 
 
 def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: list[RunKey], out: Path,
@@ -61,14 +37,14 @@ def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: lis
     kernels: dict[str, Any] = {}  # trace JSON -> MeasureCandidate: a kernel two runs share is timed once
     entries = []
     for key in keys:
-        deployed, lines = deployed_kernels(bench_workload, key, out, budgets)
-        for d in deployed:
+        lines = trial_lines(key.db_dir(out), bench_workload.workload.irmodule())
+        for d in best_so_far(lines, budgets):
             workload_json, record_json = lines[d.trial]
             trace = json.dumps(record_json[0], sort_keys=True)
             if trace not in kernels:
                 record = TuningRecord.from_json(record_json, Workload.from_json(workload_json))
                 kernels[trace] = record.as_measure_candidate()
-            entries.append((d, trace))
+            entries.append((key, d, trace))
     traces = list(kernels)
     samples: dict[str, list[float]] = {t: [] for t in traces}
     failures: dict[str, str] = {}
@@ -81,9 +57,9 @@ def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: lis
                 failures[trace] = f"{result.failure.value}: {result.message}"
     flops = bench_workload.workload.flops
     runs = []
-    for d, trace in entries:
-        run = {"strategy": d.key.strategy, "repeat": d.key.repeat, "budget": d.budget, "trial": d.trial + 1,
-               "tuned_gflops": round(flops / d.tuned_s / 1e9, 3), "rounds_s": [round(s, 9) for s in samples[trace]]}
+    for key, d, trace in entries:
+        run = {"strategy": key.strategy, "repeat": key.repeat, "budget": d.budget, "trial": d.trial + 1,
+               "tuned_gflops": round(flops / d.latency_s / 1e9, 3), "rounds_s": [round(s, 9) for s in samples[trace]]}
         if trace in failures:  # it ran while tuning: a failure now is news, reported, never hidden as slow
             run.update(gflops=None, failure=failures[trace])
         else:

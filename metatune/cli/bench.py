@@ -70,6 +70,9 @@ def bench(
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     if replay_at is not None and model is None:
         raise MetatuneError("--replay-at applies to --model benches only")
+    if runner != "local" and (retime or references_only):
+        raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
+                            f"--runner (got {runner})")
     with stop_cleanly():
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,

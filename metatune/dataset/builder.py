@@ -2,7 +2,9 @@
 
 Resumable by construction: every measured or failed configuration is appended to its
 workload's store before it is counted, a re-run reads the stores back, never measures a
-recorded configuration again, and continues with the workloads that are not complete.
+recorded configuration again, and continues with the workloads that are not complete. The card
+(device, spec) is written before the first measurement, so that even a build that crashed refuses
+to go on with another device or spec.
 One build at a time writes a dataset directory (it is locked); Ctrl-C drops the batch in
 flight, writes the card and stops (env/interrupt.py).
 
@@ -125,6 +127,8 @@ class DatasetBuilder:
         self.remeasured_batches = prior_load.get("remeasured_batches", 0)
         # a resumed build is watched only if its earlier parts were (a card from before the check has none)
         self.watched_throughout = self.watch_load and (not prior or bool(prior_load.get("watched")))
+        if not prior:  # the device and spec on record before the first record: a crash cannot lose them
+            self._write_card(0.0)
         with progress_bar() as bar:
             task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
             try:

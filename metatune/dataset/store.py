@@ -128,12 +128,16 @@ class WorkloadStore:
         self._disturbed = {d["key"]: d["cores"] for d in map(json.loads, _read_lines(self.dir / DISTURBED_FILE, repair))}
         self._keys: set[str] | None = None
         self._record_keys: list[str] | None = None
+        half_sealed = any((self.dir / (name + ".gz")).exists() for name in (FAILURE_FILE, DISTURBED_FILE))
+        if repair and half_sealed and not self.sealed:
+            self.seal()  # a crash in the middle of sealing: finish it
 
     # -- reading -----------------------------------------------------------------------------
 
     @property
     def sealed(self) -> bool:
-        return any((self.dir / (name + ".gz")).exists() for name in (RECORD_FILE, FAILURE_FILE))
+        """The records are compressed: `seal` does that last, so everything else is too."""
+        return (self.dir / (RECORD_FILE + ".gz")).exists()
 
     @property
     def num_records(self) -> int:
@@ -211,10 +215,11 @@ class WorkloadStore:
         self._check_writable()
         stringify, _ = _ffi_json()
         line = json.dumps([0, json.loads(str(stringify(record.as_json(), None)))], separators=(",", ":"))
+        keys, record_keys = self.keys(), self.record_keys()  # known before this record, not parsed from it
         _append_line(self.dir / RECORD_FILE, line)
         self._record_lines.append(line)
-        self.keys().add(key)
-        self.record_keys().append(key)
+        keys.add(key)
+        record_keys.append(key)
 
     def append_failure(self, key: str, kind: str, message: str) -> None:
         self._check_writable()
@@ -230,7 +235,8 @@ class WorkloadStore:
         self._disturbed[key] = round(cores, 2)
 
     def seal(self) -> None:
-        """Compress the growing files; the workload becomes immutable. Safe to re-run after a crash."""
+        """Compress the growing files, the records last (`sealed`); the workload becomes immutable.
+        A store opened after a crash in the middle of it finishes it."""
         for name in (DISTURBED_FILE, FAILURE_FILE, RECORD_FILE):
             path = self.dir / name
             gz = path.with_name(name + ".gz")

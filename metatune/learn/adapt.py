@@ -29,13 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from metatune import MetatuneError, __version__
 from metatune.dataset.builder import build_dataset
 from metatune.dataset.card import read_card
-from metatune.encode.graphs import EncodedWorkload, load_encoded, split_sets
+from metatune.encode.graphs import load_encoded, split_sets
 from metatune.encode.supergraph import GraphEncoder
 from metatune.fileio import CARD_FILE, WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.evaluate import EvalConfig, EvalResult, evaluate, format_table, gcn_adapter
 from metatune.learn.maml import MAMLConfig, PretrainConfig, TrainLog, meta_train, pretrain
-from metatune.learn.train import portable_path
+from metatune.learn.train import min_records, portable_path, split_validation
 
 Echo = Callable[[str], object]
 CANDIDATES = ("source", "finetune", "finetune+maml")  # in order of preference on a tie
@@ -90,12 +90,12 @@ def adapt_to(source: TrainedModel, data_dir: Path, config: AdaptConfig, echo: Ec
     torch.set_num_threads(config.threads)
     template = source.builder.template
     maml = config.maml_config(source.maml)
-    encoded = load_encoded(data_dir, GraphEncoder(template), min_records=maml.k_support + 10)
+    encoded = load_encoded(data_dir, GraphEncoder(template), min_records=min_records(maml))
     train_all, heldout = split_sets(encoded)
     if len(train_all) < 2 or not heldout:
         raise MetatuneError(f"{data_dir}: adapting needs >= 2 training and >= 1 held-out workloads with at least "
-                            f"{maml.k_support + 10} records each; have {len(train_all)} and {len(heldout)}")
-    train, valid = _split(train_all, config.valid_fraction, config.seed)
+                            f"{min_records(maml)} records each; have {len(train_all)} and {len(heldout)}")
+    train, valid = split_validation(train_all, config.valid_fraction, config.seed)
     echo(f"adapting on {sum(map(len, train))} programs of {len(train)} workloads "
          f"({len(valid)} for early stopping, {len(heldout)} to choose)")
     log = TrainLog()
@@ -118,13 +118,6 @@ def adapt_to(source: TrainedModel, data_dir: Path, config: AdaptConfig, echo: Ec
                  "validation": [w.key for w in heldout]}
     return Adaptation(chosen, TrainedModel(models[chosen], source.builder, source.maml), result, scores,
                       workloads, log)
-
-
-def _split(train: list[EncodedWorkload], fraction: float, seed: int) -> tuple[list[EncodedWorkload],
-                                                                             list[EncodedWorkload]]:
-    order = np.random.default_rng(seed).permutation(len(train))
-    n_valid = max(1, int(round(fraction * len(train))))
-    return [train[i] for i in order[n_valid:]], [train[i] for i in order[:n_valid]]
 
 
 def write_run(out: Path, adaptation: Adaptation, data_dir: Path, source: dict[str, Any], config: AdaptConfig,

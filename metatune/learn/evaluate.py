@@ -8,7 +8,6 @@ are averaged over repeats, then reported as the median over workloads.
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -185,12 +184,6 @@ def format_table(result: EvalResult, metrics: Sequence[str] = ("pairwise_acc", "
             cells = " | ".join(f"{vals[m]:.3f}" for m in metrics)
             lines.append(f"| {name} | {k} | {cells} | {int(vals['workloads'])} |")
     return "\n".join(lines)
-
-
-def frozen_copy(model: CostModel) -> CostModel:
-    clone = copy.deepcopy(model)
-    clone.eval()
-    return clone
 
 
 def xgb_method(record_tasks: Sequence["RecordTask"], start: Callable[[object], object]) -> Method:

@@ -14,9 +14,9 @@ from typing import Any
 
 from metatune import MetatuneError
 from metatune.fileio import CARD_FILE, WEIGHTS_FILE
-from metatune.learn.checkpoint import TrainedModel
-from metatune.zoo import ZooEntry, ZooError, default_zoo_dir, get_entry, load_checkpoint
-from metatune.zoo.weights import sha256
+from metatune.learn.checkpoint import CheckpointError, TrainedModel
+from metatune.zoo import ChecksumError, ZooEntry, ZooError, default_zoo_dir, get_entry, load_checkpoint
+from metatune.zoo.weights import load_weights, sha256
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,7 @@ def open_checkpoint(name: str | Path, zoo_root: Path | None = None) -> NamedChec
         weights = path / WEIGHTS_FILE if path.is_dir() else path
         if not weights.exists():
             raise MetatuneError(f"checkpoint not found: {weights}")
-        trained = TrainedModel.load(weights)
-        return NamedCheckpoint(trained, str(name), sha256(weights.read_bytes()), _card_beside(weights))
+        return _open_file(weights, str(name))
     root = zoo_root if zoo_root is not None else default_zoo_dir()
     try:
         entry = get_entry(root, str(name))
@@ -74,6 +73,26 @@ def open_checkpoint(name: str | Path, zoo_root: Path | None = None) -> NamedChec
                             f"{err}") from None
     trained = load_from_zoo(entry)
     return NamedCheckpoint(trained, entry.id, entry.sha256, _card_beside(entry.weights_path))
+
+
+def _open_file(weights: Path, name: str) -> NamedCheckpoint:
+    """A checkpoint file, read once: a zoo version's weights (their card records a sha256) are checked
+    against it, and the bytes checked are the bytes loaded."""
+    card = _card_beside(weights)
+    try:
+        data = weights.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{weights} cannot be read ({err})") from None
+    digest = sha256(data)
+    zoo = card.get("zoo")
+    published = zoo.get("weights_sha256") if isinstance(zoo, dict) else None
+    if published is not None and published != digest:
+        raise ChecksumError(str(weights), published, digest, recorded_in=str(weights.parent / CARD_FILE))
+    try:
+        tensors, metadata = load_weights(data, str(weights))
+    except ZooError as err:
+        raise CheckpointError(f"{weights} is not a safetensors checkpoint ({err})") from None
+    return NamedCheckpoint(TrainedModel.from_state(tensors, metadata, str(weights)), name, digest, card)
 
 
 def _card_beside(weights: Path) -> dict[str, Any]:

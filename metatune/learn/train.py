@@ -48,7 +48,7 @@ from metatune.learn.evaluate import (
     scratch_trainer,
     xgb_method,
 )
-from metatune.learn.maml import TrainLog, meta_train, pretrain
+from metatune.learn.maml import MAMLConfig, TrainLog, meta_train, pretrain
 from metatune.learn.replay_caches import fill_training_caches
 from metatune.learn.report import write_evaluation
 
@@ -70,8 +70,10 @@ def timed(wall_s: dict[str, float], phase: str) -> Iterator[None]:
         wall_s[phase] = wall_s.get(phase, 0.0) + time.perf_counter() - start
 
 
-def _split_validation(train: list[EncodedWorkload], fraction: float,
-                      seed: int) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
+def split_validation(train: list[EncodedWorkload], fraction: float,
+                     seed: int) -> tuple[list[EncodedWorkload], list[EncodedWorkload]]:
+    """(training, validation) workloads: a seeded `fraction` of `train` (at least one) held back
+    for early stopping and for choosing between models."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(train))
     n_valid = max(1, int(round(fraction * len(train))))
@@ -79,9 +81,9 @@ def _split_validation(train: list[EncodedWorkload], fraction: float,
     return [train[i] for i in order[n_valid:]], valid
 
 
-def min_records(config: TrainConfig) -> int:
+def min_records(maml: MAMLConfig) -> int:
     """Records a workload needs to make a MAML task (a support set and a query set)."""
-    return config.maml.k_support + 10
+    return maml.k_support + 10
 
 
 def load_splits(data_dir: Path, config: TrainConfig, workers: int | None = None) -> tuple[
@@ -90,9 +92,9 @@ def load_splits(data_dir: Path, config: TrainConfig, workers: int | None = None)
     (`workers` caps the processes encoding what is not cached yet)."""
 
     encoder = GraphEncoder(dataset_template(data_dir))
-    encoded = load_encoded(data_dir, encoder, min_records=min_records(config), workers=workers)
+    encoded = load_encoded(data_dir, encoder, min_records=min_records(config.maml), workers=workers)
     train_all, heldout = split_sets(encoded)
-    train, valid = _split_validation(train_all, config.valid_fraction, config.seed)
+    train, valid = split_validation(train_all, config.valid_fraction, config.seed)
     return encoded, train, valid, heldout
 
 
@@ -267,7 +269,7 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
     wall_s: dict[str, float] = {}
     target = DeviceFingerprint.from_json(dataset_card["device"]).tvm_target()
     with timed(wall_s, "replay: loop graphs and xgb features"):
-        fill_training_caches(data_dir, GraphEncoder(dataset_template(data_dir)), target, min_records(config),
+        fill_training_caches(data_dir, GraphEncoder(dataset_template(data_dir)), target, min_records(config.maml),
                              with_features="xgb-transfer" in config.evaluation.methods, workers=workers, echo=echo)
     with timed(wall_s, "encode"):
         encoded, train, valid, heldout = load_splits(data_dir, config, workers)
@@ -318,6 +320,21 @@ def portable_path(path: Path) -> str:
         return str(path)
 
 
+def _check_same_run_setup(card: dict, run_dir: Path, data_dir: Path, config: TrainConfig) -> None:
+    """The table written into a run's card must come from the dataset and config that card names."""
+    dataset = read_card(data_dir)
+    if dataset is None:
+        raise MetatuneError(f"{data_dir} is not a dataset (no {CARD_FILE})")
+    trained_on = card["dataset"]["id"]
+    if dataset["dataset_id"] != trained_on:
+        raise MetatuneError(f"{run_dir} was trained on dataset {trained_on}, {data_dir} is {dataset['dataset_id']}: "
+                            "its card would name one and carry the other's table; pass --ks or --methods for a "
+                            "side study, which prints its table and writes nothing")
+    if config != TrainConfig.model_validate(card["train_config"]):
+        raise MetatuneError(f"--config differs from the config {run_dir} was trained with: its card would carry "
+                            "another config's table; pass --ks or --methods for a side study, which writes nothing")
+
+
 def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: Echo = print,
                  ks: tuple[int, ...] | None = None, methods: tuple[str, ...] | None = None) -> EvalResult:
     """Re-run the evaluation table of a finished run (`metatune evaluate`).
@@ -332,6 +349,8 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: 
     card = json.loads(card_path.read_text())
     config = load_config(config_path) if config_path else TrainConfig.model_validate(card["train_config"])
     side_study = ks is not None or methods is not None
+    if not side_study:
+        _check_same_run_setup(card, run_dir, data_dir, config)
     if side_study:
         config = with_evaluation(config, ks, methods)
     torch.set_num_threads(config.threads)

@@ -54,7 +54,8 @@ _LOST_MARKERS = (
     "RPCCode::kReturn", "kShutdown", "Connection refused", "Connection reset", "Broken pipe",
     "Cannot request", "Socket closed", "connection closed",
 )
-# LLVM feature names that differ from the /proc/cpuinfo flag names device.py uses.
+
+
 class RunnerSpecError(MetatuneError):
     """A `--runner` value that cannot be used."""
 
@@ -385,6 +386,11 @@ class _RetryingRPCRunnerLogic:
         self.verify_locally = verify_locally  # read by Measurer: False if the host cannot run remote code
         self.retried = 0
         self.lost = 0
+
+    @property
+    def pool(self) -> Any:
+        """The RPCRunner's worker pool, which `Measurer.close` shuts down."""
+        return self.inner.pool
 
     def run(self, runner_inputs: list) -> list:
         self.wait_for_server()

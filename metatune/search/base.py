@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, TypeVar
 import numpy as np
 
 from metatune.env.plugin import SEARCH_STRATEGY, plugin_class
+from metatune.measure.database import records_in_trial_order
 from metatune.measure.measurer import median_latency, successful_run_seconds
 from metatune.space.knob_space import Config, DesignSpaces, SearchSpace, SpaceError
 
@@ -85,6 +86,9 @@ class SearchLogic:
     """
 
     name: ClassVar[str]  # the TVM class name, profiler scope and log prefix
+    # True: a resumed run's records reach the cost model through the strategy (`_resumed`), which
+    # must score them first; the tuner then does not warm the cost model on them beforehand.
+    warms_cost_model: ClassVar[bool] = False
 
     def __init__(self, settings: Any, stats: SearchStats) -> None:
         self.settings = settings
@@ -177,10 +181,6 @@ class SearchLogic:
 
     # -- counters -------------------------------------------------------------------------
 
-    def task_stats(self) -> list[Any]:
-        """The counters of this strategy and of every clone of it (one per task)."""
-        return list(self.family)
-
     def total_stats(self) -> Any:
         """The counters summed over this strategy and every clone of it."""
         return type(self.stats).total(self.family)
@@ -198,9 +198,13 @@ class SearchLogic:
         """A successful measurement (`proposal`: the pending tuple, None for a foreign candidate)."""
         raise NotImplementedError
 
-    def _observe_record(self, config: Config, latency_s: float, record: "TuningRecord") -> None:
-        """A successful measurement read from the database."""
-        self._observe(config, latency_s, None)
+    def _observe_record(self, config: Config, latency_s: float | None, record: "TuningRecord") -> None:
+        """A measurement read from the database (`latency_s` None: it failed); the first of a
+        configuration measured twice is the one observed."""
+        if latency_s is None:
+            self.failures.add(config)
+        elif config not in self.observations:
+            self._observe(config, latency_s, None)
 
     def _resumed(self) -> None:
         """Called once the database has been read."""
@@ -220,16 +224,11 @@ class SearchLogic:
         return seed
 
     def _resume(self, database: "Database") -> None:
-        """This workload's records: every one is avoided, successful ones are observations."""
+        """This workload's records in measurement order: each is avoided, the successful ones observed."""
         assert self.space is not None and self.context is not None
         mod = self.context.mod
-        if not database.has_workload(mod):
-            return
-        workload = database.commit_workload(mod)  # existing: returns the stored workload
         foreign = 0
-        for rec in database.get_all_tuning_records():
-            if not rec.workload.same_as(workload):
-                continue
+        for rec in records_in_trial_order(database, mod):
             try:
                 config = self.space.config_of(rec.trace)
             except SpaceError:
@@ -237,10 +236,7 @@ class SearchLogic:
                 continue
             self.stats.resumed += 1
             secs = successful_run_seconds(rec.run_secs)
-            if secs is None:
-                self.failures.add(config)
-            elif config not in self.observations:
-                self._observe_record(config, median_latency(secs), rec)
+            self._observe_record(config, median_latency(secs) if secs is not None else None, rec)
         self._resumed()
         if self.stats.resumed or foreign:
             logger.info("%s %s: resumed %d records (%d measured, %d failed, %d from other design spaces)", self.name,

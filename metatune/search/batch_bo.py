@@ -18,7 +18,8 @@ Each batch:
    probe of cached entries): MetaSchedule updates the cost model after every batch.
 3. Surrogate (`bo.fit_surrogate`): a GP on the knob embedding whose mean is
    `c + w * cost-model score`, fitted on log(1/latency); a measured point's score is the
-   one it had when it was proposed, so `w` measures out-of-sample trust in the cost model.
+   one it had when it was proposed (a resumed run's records: before the cost model learns
+   from them, which BatchBO does itself), so `w` measures out-of-sample trust in the cost model.
 4. Acquisition (`bo.greedy_batch`): analytic LogEI (or UCB) over the pool, q greedy picks
    with Kriging-believer fantasies.
 A second score column (`task_model`, on by default) comes from TVM's XGBModel trained on this
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 
 import numpy as np
 
+from metatune.measure.database import earlier_results
 from metatune.search import bo
 from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
 from metatune.search.task_model import TaskModel
@@ -87,7 +89,6 @@ class BatchBOSettings:
     chains_before_gp: bool = False  # mutation chains also while the cost model alone picks (the first batch)
     task_picks: int = 0  # picks per batch given to the task model's best-scored pool entries, once trained
     task_model: bool = True  # a second prior: XGBModel on this task's own measurements
-    per_space: int | None = None  # cost-model-only batches: max picks per design space (default q / spaces)
     seed: int | None = None  # default: the TuneContext's rand_state
 
     def __post_init__(self) -> None:
@@ -122,6 +123,7 @@ class BatchBOStats(SearchStats):
     gp_batches: int = 0
     prior_batches: int = 0  # batches chosen by the cost model alone (first batch or fallback)
     fallbacks: int = 0  # GP failures that fell back to the cost model (each logged)
+    prior_failures: int = 0  # cost-model predictions that raised: those candidates got a flat prior (each logged)
     predictions: int = 0  # configurations scored by the cost model
     pool_added: int = 0  # configurations built for the pool (random + neighbours + mutants)
     mutants: int = 0  # of which mutants of the mutation chains
@@ -182,6 +184,8 @@ class CandidatePool:
         left over its size by such a batch is cut back to it."""
         s = self.settings
         size = s.pool_random if random_size is None else random_size
+        if thorough:
+            self.exhausted.clear()
         self.discard([c for c in self.entries if c in avoid])
         randoms = sorted((e.born, c) for c, e in self.entries.items() if e.origin is None and not e.mutant)
         if len(randoms) > size:
@@ -280,6 +284,7 @@ class _BatchBOLogic(SearchLogic):
     (every clone: `tune_tir`/`tune_tasks` run clones, one per task)."""
 
     name = "BatchBO"
+    warms_cost_model = True
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(BatchBOSettings(**settings), BatchBOStats())
@@ -289,7 +294,7 @@ class _BatchBOLogic(SearchLogic):
         self.pool: CandidatePool | None = None
         self.cost_model: "CostModel | None" = None
         self._gp_state: dict[str, Any] | None = None
-        self._unscored: list[tuple[Config, "TuningRecord"]] = []  # database records the cost model has not scored
+        self._read: list[tuple[Config | None, "TuningRecord"]] = []  # database records (config if observed) to score
         self.task_model: TaskModel | None = None
 
     def _prepare(self, cost_model: Any) -> None:
@@ -324,25 +329,31 @@ class _BatchBOLogic(SearchLogic):
             self.task_model.update(self.context, measure_candidates, results)
             self.stats.task_s += time.perf_counter() - t0
 
-    def _observe_record(self, config: Config, latency_s: float, record: "TuningRecord") -> None:
-        """Database records seed the GP; the cost model scores them together once all are read."""
-        self._observe(config, latency_s, None)
-        self._unscored.append((config, record))
+    def _observe_record(self, config: Config, latency_s: float | None, record: "TuningRecord") -> None:
+        """Database records seed the GP; once all are read, `_resumed` scores them and the models learn them."""
+        fresh = latency_s is not None and config not in self.observations
+        super()._observe_record(config, latency_s, record)
+        self._read.append((config if fresh else None, record))
 
     def _resumed(self) -> None:
-        if self._unscored:
-            candidates = [rec.as_measure_candidate() for _, rec in self._unscored]
-            raw = self._predict(candidates)
-            for (config, _), r in zip(self._unscored, raw):
-                self.observations[config].raw = float(r)
-            if self.task_model is not None:
-                from tvm.s_tir.meta_schedule.runner import RunnerResult
-
-                assert self.context is not None
-                results = [RunnerResult(run_secs=[float(t) for t in rec.run_secs], error_msg=None)
-                           for _, rec in self._unscored]
-                self.task_model.update(self.context, candidates, results)
-            self._unscored = []
+        """The records read get the cost model's scores before it learns from them, as a proposal
+        is scored before it is measured (so the GP's weight on the scores stays an out-of-sample
+        trust); then the cost model and the task model learn from every record, failures too, as
+        they would have learnt from each batch in the run that measured them."""
+        read, self._read = self._read, []
+        if not read:
+            return
+        assert self.context is not None
+        records = [rec for _, rec in read]
+        candidates, results = [rec.as_measure_candidate() for rec in records], earlier_results(records)
+        observed = [(config, cand) for (config, _), cand in zip(read, candidates) if config is not None]
+        raw = self._predict([cand for _, cand in observed])
+        for (config, _), r in zip(observed, raw):
+            self.observations[config].raw = float(r)
+        if self.cost_model is not None:
+            self.cost_model.update(self.context, candidates, results)
+        if self.task_model is not None:
+            self.task_model.update(self.context, candidates, results)
 
     def _fresh(self) -> Any:
         return BatchBO(**asdict(self.settings))
@@ -360,6 +371,7 @@ class _BatchBOLogic(SearchLogic):
         except Exception as err:  # noqa: BLE001 - a broken prior must not end the tuning run
             logger.warning("BatchBO %s: cost_model.predict failed (%s: %s); using a flat prior for %d candidates",
                            self.stats.task, type(err).__name__, err, len(candidates))
+            self.stats.prior_failures += 1
             return np.zeros(len(candidates))
         finally:
             self.stats.prior_s += time.perf_counter() - t0
@@ -457,7 +469,7 @@ class _BatchBOLogic(SearchLogic):
         if picks is None:
             self.stats.prior_batches += 1
             ties = 1e-9 * self.rng.random(len(entries))  # a flat prior picks at random, not in pool order
-            picks = bo.diverse_top(z + ties, [e.cand.space_index for e in entries], q, self.settings.per_space)
+            picks = bo.diverse_top(z + ties, [e.cand.space_index for e in entries], q)
         task = scores[:, 1] if scores.ndim == 2 else np.zeros(len(entries))
         chosen = [(entries[i].measure, entries[i].cand.config, entries[i].embedding, float(z[i]), float(task[i]))
                   for i in picks]

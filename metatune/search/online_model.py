@@ -24,12 +24,15 @@ from metatune.encode.supergraph import GraphEncoder
 from metatune.env.plugin import COST_MODEL, plugin_class
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.maml import adapt, adaptable_params, standardize_by
+from metatune.measure.measurer import successful_run_seconds
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import MeasureCandidate, TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 logger = logging.getLogger(__name__)
+
+MAX_SUPPORT = 256  # the most recent successful measurements the inner loop adapts on (its cost grows with them)
 
 
 @dataclass
@@ -56,18 +59,13 @@ def _speed(run_secs: Any) -> float:
 class _MetaTuneCostModelLogic:
     """A zoo checkpoint adapted to each workload by MAML's inner loop on its measurements."""
 
-    def __init__(self, trained: TrainedModel, adapt_steps: int | None = None, adapt_lr: float | None = None,
-                 max_support: int = 256) -> None:
+    def __init__(self, trained: TrainedModel) -> None:
         self.trained = trained
         self.encoder = GraphEncoder(trained.builder.template)
-        self.adapt_steps = adapt_steps or trained.maml.inner_steps
-        self.adapt_lr = adapt_lr or trained.maml.inner_lr
-        self.max_support = max_support
         self.states: dict[str, _WorkloadState] = {}
         # BatchBO re-scores its persistent candidate pool after every update: encodings are
         # cached per scheduled module (the cache keeps the module alive, so its handle is unique).
         self._encodings: collections.OrderedDict[int, tuple[Any, EncodedWorkload]] = collections.OrderedDict()
-        self.update_seconds = 0.0
         self.encode_seconds = 0.0
         self._base = {n: p.detach() for n, p in adaptable_params(trained.model, trained.maml.freeze_embedding).items()}
 
@@ -78,7 +76,8 @@ class _MetaTuneCostModelLogic:
         import time
 
         state = self._state(context)
-        ok = [(c, r) for c, r in zip(candidates, results) if r.error_msg is None and r.run_secs]
+        ok = [(c, r) for c, r in zip(candidates, results)
+              if r.error_msg is None and successful_run_seconds(r.run_secs) is not None]
         state.failures += len(candidates) - len(ok)
         if not ok:
             return
@@ -87,20 +86,17 @@ class _MetaTuneCostModelLogic:
                                 [_speed(r.run_secs) for _, r in ok])
         self.encode_seconds += time.perf_counter() - t0
         state.measured = fresh if state.measured is None else concat([state.measured, fresh])
-        t0 = time.perf_counter()
         state.params = self._adapt(state.measured)
-        self.update_seconds += time.perf_counter() - t0
 
     def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
         import time
 
         if not candidates:
             return np.zeros(0)
-        state = self._state(context)
+        params = self.adapted_params(context)
         t0 = time.perf_counter()
         encoded = self._encode([c.sch for c in candidates])
         self.encode_seconds += time.perf_counter() - t0
-        params = state.params if state.params is not None else self._base
         out = []
         with torch.no_grad():
             for idx in iter_batches(len(encoded), 128):
@@ -171,13 +167,14 @@ class _MetaTuneCostModelLogic:
         n = len(measured)
         if n < 2:
             return None
-        idx = torch.arange(max(0, n - self.max_support), n)
+        idx = torch.arange(max(0, n - MAX_SUPPORT), n)
         y = standardize_by(measured.log_thr[idx], measured.log_thr[idx])
         batch = self.trained.builder.batch(measured, idx)
-        return adapt(self.trained.model, dict(self._base), batch.inputs(), y, self.adapt_lr, self.adapt_steps,
+        maml = self.trained.maml
+        return adapt(self.trained.model, dict(self._base), batch.inputs(), y, maml.inner_lr, maml.inner_steps,
                      create_graph=False)
 
 
-def MetaTuneCostModel(trained: TrainedModel, **kwargs: Any) -> Any:  # noqa: N802 (creates the TVM class)
+def MetaTuneCostModel(trained: TrainedModel) -> Any:  # noqa: N802 (creates the TVM class)
     """A MetaSchedule cost model: `trained` adapted online to each workload it measures."""
-    return plugin_class(COST_MODEL, _MetaTuneCostModelLogic, "MetaTuneCostModel")(trained, **kwargs)
+    return plugin_class(COST_MODEL, _MetaTuneCostModelLogic, "MetaTuneCostModel")(trained)

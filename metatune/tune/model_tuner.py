@@ -44,6 +44,7 @@ from metatune.tune.tuner import (
     strategy_parts,
     tuning_loop,
     warm_start,
+    warms_cost_model,
 )
 from metatune.workload.model_source import ModelSource, Shape
 from metatune.workload.relax_tasks import ImportedModel, compile_model, extract_tasks, import_model, task_context
@@ -60,7 +61,10 @@ MODEL_STRATEGIES = ("metatune", "xgb", "random")
 class TaskResult:
     name: str
     weight: int  # how many times the model calls this function
-    tuner: str  # cost model + search that tuned it: metatune, xgb, random, or xgb-fallback
+    # cost model + search that tuned it: metatune, xgb, random, xgb-fallback (XGBModel + EvolutionarySearch
+    # for a task metatune's model cannot encode), or metatune-xgb-prior (BatchBO, whose cost model failed on
+    # the task mid-run and was replaced by XGBModel, which learns from the task's measurements from then on)
+    tuner: str
     uncovered: str | None = None  # why metatune's cost model cannot encode it (None: it can)
     trials: int = 0  # in the database, this run's and earlier ones
     best_latency_us: float | None = None
@@ -152,14 +156,16 @@ def _status(tasks: list["ExtractedTask"]) -> Callable[[dict[int, float]], str]:
     return status
 
 
-def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: dict[str, str | None],
-          seed: int) -> tuple[Any, list[Any], dict[str, str], list[str]]:
+def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"],
+          uncovered: dict[str, str | None]) -> tuple[Any, list[Any], dict[str, str], list[str]]:
     """Cost model, each task's search strategy, each task's tuner name, and a note: the
     strategy's parts, except that under `metatune` the tasks its cost model cannot encode get
     XGBModel (through RoutedCostModel) and EvolutionarySearch."""
     from tvm.s_tir import meta_schedule as ms
 
-    cost_model, search = strategy_parts(strategy, setup, seed)
+    # no seed of its own: each task's clone draws from its TuneContext's rand_state (the run's seed
+    # forked per task), so that no two tasks search with the same random stream
+    cost_model, search = strategy_parts(strategy, setup, None)
     tuners = {t.task_name: strategy for t in tasks}
     searches = [search] * len(tasks)
     if strategy != "metatune":
@@ -225,15 +231,16 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     done = sum(len(m) for m in measured)
     remaining = trials - done
     seed = resumed_seed(seed, done)
-    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, seed)
+    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered)
     notes = setup.notes + imported.model.notes + notes
     profile: dict[str, float] = {}
     watch = None
     tune_start = time.perf_counter()
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
-        if done > 0:
-            cost_model = warm_start(cost_model, database, tvm_target, [(t.dispatched[0], t.task_name) for t in tasks])
+        cold = [(t.dispatched[0], t.task_name) for t, search in zip(tasks, searches) if not warms_cost_model(search)]
+        if done > 0 and cold:
+            cost_model = warm_start(cost_model, database, tvm_target, cold)
         # The gradient scheduler first gives each task one batch in turn: small enough batches
         # let every task get a schedule within the budget.
         per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
@@ -257,8 +264,9 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
                           measure_callbacks=callbacks, task_scheduler=scheduler)
         profile = {k: float(v) for k, v in profiler.get().items()}
         for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():
-            tuners[task], uncovered[task] = "xgb-fallback", why
-            notes.append(f"task {task} moved to XGBModel during tuning: {why}")
+            tuners[task], uncovered[task] = "metatune-xgb-prior", why
+            notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
+                         "with XGBModel as its prior, trained on the task's measurements from then on")
     if watch is not None and (note := watch.note()):
         notes.append(note)
     tune_s = time.perf_counter() - tune_start

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,6 +49,7 @@ from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, im
 from metatune.fileio import INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
 from metatune.learn.named_checkpoint import load_from_zoo, open_checkpoint
 from metatune.measure.check import check_schedule
+from metatune.measure.database import best_so_far, earlier_results, records_in_trial_order, trial_lines
 from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
 from metatune.measure.runners import make_runner
 from metatune.search.batch_bo import BatchBO
@@ -103,7 +103,8 @@ class TuneResult:
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
     # The trials the times above cover: those this invocation measured. A resumed run's earlier
-    # trials are in `trials` and `curve`, but their times were spent (and reported) before.
+    # trials are in `trials` and `curve`, but their times were spent (and reported) before; what
+    # re-reading them cost this invocation (encoding them for the cost model) is in its times.
     timed_trials: int = 0
     # metatune's own search strategies: their counters for this invocation (batches, pool sizes,
     # seconds per phase, the GP's last weights for its priors); None for TVM's strategies.
@@ -111,39 +112,12 @@ class TuneResult:
     # [first trial, last trial, cores] of each batch this invocation measured while other processes
     # kept cores busy (`load_watch`): those latencies may be too slow.
     disturbed: list[list[float]] = field(default_factory=list)
+    # trial count (as text, a JSON key) -> max relative error against NumPy of the best kernel after
+    # that many trials, for the counts asked for (`check_at`)
+    checked_at: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def trial_lines(db_dir: Path, mod: Any) -> list[tuple[Any, Any]]:
-    """(workload JSON, tuning-record JSON) of every trial of `mod` in the database, in measurement
-    order: JSONDatabase appends lines, so file order is trial order (its own getters sort by latency)."""
-    from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
-
-    wl_path, rec_path = db_dir / WORKLOAD_FILE, db_dir / RECORD_FILE
-    if not wl_path.exists() or not rec_path.exists():
-        return []
-    target_hash = str(TVMWorkload(mod).as_json()[0])
-    workloads = dict(_json_lines(wl_path))
-    out = []
-    for _, entry in _json_lines(rec_path):
-        index, record = entry
-        if index in workloads and workloads[index][0] == target_hash:
-            out.append((workloads[index], record))
-    return out
-
-
-def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number from 0, parsed line) of a JSON-lines database file; a line that is not JSON is an
-    error naming the file and line (a database edited or damaged by hand), not a bare JSONDecodeError."""
-    for number, line in enumerate(path.read_text().splitlines()):
-        if line.strip():
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise MetatuneError(f"{path}:{number + 1} is not a JSON line of a MetaSchedule database "
-                                    f"({error.msg}); move the damaged database away to start that run afresh") from None
 
 
 def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
@@ -338,8 +312,9 @@ def resumed_seed(seed: int, done: int) -> int:
     return seed if done == 0 else (seed * 1_000_003 + done) % (2**31 - 1)
 
 
-def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, Any]:
-    """Cost model and search strategy of a strategy (TVM's names for its built-in ones)."""
+def strategy_parts(strategy: str, setup: TuningSetup, seed: int | None) -> tuple[Any, Any]:
+    """Cost model and search strategy of a strategy (TVM's names for its built-in ones); a seed of
+    None lets metatune's strategies draw from their TuneContext's `rand_state`."""
     if strategy == "xgb":
         return "xgb", "evolutionary"
     if strategy == "xgb-transfer":
@@ -358,10 +333,12 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int) -> tuple[Any, A
 def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                   report: Callable[[int, int, float], None] | None = None,
-                  transfer: Any = None, target: str | None = None, verbose: bool = False) -> TuneResult:
+                  transfer: Any = None, target: str | None = None, verbose: bool = False,
+                  check_at: list[int] | None = None) -> TuneResult:
     """Tune `workload` until the database holds `trials` trials of it; verify and report the best.
     `transfer` and `target` (a `--target` text; None: this machine): see `prepare`. MetaSchedule's
-    logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
+    logs go to `<db_dir>/logs`, and to the console too when `verbose`. `check_at`: trial counts
+    whose best-so-far kernel is reported too (a benchmark's budgets), each checked against NumPy."""
     from tvm.s_tir import meta_schedule as ms
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
@@ -378,7 +355,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     watch = None
     if remaining > 0:
         database = ms.database.JSONDatabase(work_dir=str(db_dir))
-        if done > 0:
+        if done > 0 and not warms_cost_model(search):
             cost_model = warm_start(cost_model, database, tvm_target, [(mod, "main")])
         callbacks = measure_callbacks()
         if report is not None:
@@ -417,6 +394,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         result.notes.append(note)
     if remaining > 0 and not isinstance(search, str):
         result.search_stats = search.total_stats().to_json()
+        if failed := result.search_stats.get("prior_failures"):
+            result.notes.append(f"the cost model failed to score candidates {failed} times (each logged as a "
+                                "warning): BatchBO gave them a flat prior")
     if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own
         result.encode_s = round(getattr(cost_model, "encode_seconds", 0.0), 2)
     if result.best_latency_us is not None:
@@ -424,7 +404,35 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         sch = ms.tir_integration.compile_tir(database, mod, tvm_target)
         result.max_rel_error = check_schedule(workload, sch, tvm_target)  # raises WrongResultError
         result.verified = True
+        result.checked_at = check_best_so_far(workload, trial_lines(db_dir, mod), check_at or [], tvm_target)
     return result
+
+
+def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets: list[int],
+                      target: Any) -> dict[str, float]:
+    """Max relative error against NumPy of the kernel a run would deploy after each budget (raises
+    WrongResultError); a kernel best at several budgets is compiled and checked once."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
+
+    errors: dict[int, float] = {}
+    out = {}
+    for best in best_so_far(lines, budgets):
+        if best.trial not in errors:
+            workload_json, record_json = lines[best.trial]
+            record = TuningRecord.from_json(record_json, TVMWorkload.from_json(workload_json))
+            sch = Schedule(record.workload.mod)
+            record.trace.apply_to_schedule(sch, remove_postproc=False)
+            errors[best.trial] = check_schedule(workload, sch, target)
+        out[str(best.budget)] = errors[best.trial]
+    return out
+
+
+def warms_cost_model(search: Any) -> bool:
+    """Whether the search strategy itself hands a resumed run's records to the cost model (BatchBO,
+    which scores them first); otherwise `warm_start` must, before tuning."""
+    return bool(getattr(search, "warms_cost_model", False))
 
 
 def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[Any, str]]) -> Any:
@@ -443,20 +451,11 @@ def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[An
     if isinstance(cost_model, str):
         cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=search_threads(),
                                                     tree_method="auto")
-    records = database.get_all_tuning_records()
     for mod, task_name in tasks:
-        if not database.has_workload(mod):
-            continue
-        workload = database.commit_workload(mod)
-        mine = [r for r in records if r.workload.same_as(workload)]
-        if not mine:
-            continue
-        ok = [successful_run_seconds(rec.run_secs) is not None for rec in mine]
-        results = [ms.runner.RunnerResult(run_secs=rec.run_secs if good else None,
-                                          error_msg=None if good else "failed in an earlier run")
-                   for rec, good in zip(mine, ok)]
-        context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=search_threads())
-        cost_model.update(context, [rec.as_measure_candidate() for rec in mine], results)
+        records = records_in_trial_order(database, mod)  # the model keeps the most recent when it must choose
+        if records:
+            context = ms.TuneContext(mod=mod, target=target, task_name=task_name, num_threads=search_threads())
+            cost_model.update(context, [rec.as_measure_candidate() for rec in records], earlier_results(records))
     return cost_model
 
 

@@ -60,6 +60,8 @@ def test_quick_suite_every_strategy_produces_verified_results(quick_bench):
     assert {(r["workload"], r["strategy"], r["budget"]) for r in rows} == {
         (n, s, b) for n in names for s in STRATEGIES for b in ("2", "4")}
     assert all(r["verified"] == "True" and float(r["best_gflops"]) > 0 for r in rows)
+    for path in (out / "runs").glob("*/*.json"):  # every budget's best kernel, not only the last, checked
+        assert set(json.loads(path.read_text())["checked_at"]) == {"2", "4"}
     for r in rows:  # best-so-far never decreases with the budget
         if r["budget"] == "4":
             at2 = next(x for x in rows if x["budget"] == "2" and (x["workload"], x["strategy"]) == (r["workload"], r["strategy"]))
@@ -210,6 +212,8 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     (("--suite", "nosuch"), "unknown suite"),
     (("--budgets", "16,x"), "--budgets"),
     (("--strategies", "metatune,magic"), "unknown strategy magic"),
+    (("--runner", "rpc://127.0.0.1:9190/cpu"), "pass --no-references with an RPC runner"),
+    (("--runner", "rpc://127.0.0.1:9190/cpu", "--retime"), "--retime times on this machine; it takes no --runner"),
 ])
 def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     proc = run_cli("bench", *args, "--out", str(tmp_path / "b"))
@@ -306,6 +310,27 @@ def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path)
 def bench_run(name: str, strategy: str, gflops: float) -> Run:
     return Run({"name": name, "strategy": strategy, "workload": "dense:m=64,n=64,k=64", "curve": [gflops],
                 "trials": 1, "search_s": 1.0, "measure_s": 1.0, "encode_s": 0.0, "update_s": 0.0})
+
+
+def test_a_budgets_kernel_counts_as_verified_only_where_it_was_checked():
+    run = Run({"name": "w", "strategy": "xgb", "trials": 4, "curve": [1.0, 2.0, 2.0, 3.0], "verified": True,
+               "max_rel_error": 1e-7, "checked_at": {"2": 2e-7, "4": 1e-7}})
+    assert (run.error_at(2), run.error_at(4), run.error_at(3)) == (2e-7, 1e-7, None)
+    legacy = Run({**run.data, "checked_at": None})  # written when only the final kernel was checked
+    del legacy.data["checked_at"]
+    assert (legacy.error_at(2), legacy.error_at(4)) == (None, 1e-7)
+    assert Run({**run.data, "verified": False}).error_at(2) is None
+
+
+def test_trials_to_reach_counts_a_repeat_that_never_got_there():
+    from metatune.bench.report import trials_to_reach
+
+    def repeat(curve: list[float]) -> Run:
+        return Run({"name": "w", "strategy": "s", "trials": len(curve), "curve": curve})
+
+    got_there_at_2, never = repeat([1.0, 5.0, 5.0]), repeat([1.0, 1.0, 1.0])
+    assert trials_to_reach([got_there_at_2, never, repeat([1, 1, 5.0])], "w", "s", 4.0) == 3
+    assert trials_to_reach([got_there_at_2, never, never], "w", "s", 4.0) is None  # not 2: two of three never did
 
 
 def test_summary_tells_how_batch_bo_weighed_its_priors():

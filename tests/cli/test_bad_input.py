@@ -227,6 +227,9 @@ CASES: list[tuple[str, Build, str]] = [
      "no checkpoint 'x86_64-nosuchcpu-2c/v1'"),
     ("zoo checkpoint tampered", lambda tmp: (tune(SHIPPED_ID), {"METATUNE_ZOO": str(tampered_zoo(tmp))}),
      "the weights were modified or corrupted"),
+    ("zoo version tampered, named by its path",
+     lambda tmp: (tune(str(tampered_zoo(tmp) / shipped_entry()["path"])), {}),
+     "the weights were modified or corrupted"),
     ("zoo verify tampered", lambda tmp: (["zoo", "verify", "--zoo", str(tampered_zoo(tmp))], {}), "1 problem(s)"),
     # tuning options
     ("db is a file", db_is_a_file, "is a file; the database is a directory"),

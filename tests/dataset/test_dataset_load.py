@@ -4,6 +4,9 @@ import os
 import shutil
 import signal
 
+import pytest
+
+from metatune import MetatuneError
 from metatune.dataset import builder
 from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.store import DISTURBED_FILE, DatasetStore
@@ -89,3 +92,20 @@ def test_resuming_a_build_of_unwatched_parts_does_not_call_the_whole_watched(tmp
     assert card["totals"]["complete"] == card["totals"]["workloads"]
     assert card["load_check"]["watched"] is False
     assert "not watched for all" in builder.summarize(card)
+
+
+def test_a_build_that_crashed_in_its_first_batch_refuses_another_device(tmp_path, monkeypatch):
+    """The card names the device before anything is measured: a crash cannot leave a dataset that
+    another device's build would append to."""
+    spec, out = write_spec(tmp_path, samples=2), tmp_path / "ds"
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the machine went down")
+
+    monkeypatch.setattr(builder.DatasetBuilder, "_measure_batch", crash)
+    with pytest.raises(RuntimeError, match="went down"):
+        builder.build_dataset(spec, out, batch=2)
+    card = read_card(out)
+    assert card is not None and card["totals"]["records"] == 0
+    with pytest.raises(MetatuneError, match="holds measurements of"):
+        builder.build_dataset(spec, out, batch=2, target="llvm -mcpu=haswell -num-cores=2")

@@ -195,3 +195,11 @@ def test_config_sections_keep_what_the_file_wrote(tmp_path):
     assert dumped["evaluation"] == {"repeats": 2}
     assert dumped["pretrain"]["epochs"] == 15 and "weight_decay" not in dumped["pretrain"]
     assert TrainConfig.model_validate(dumped) == config
+
+
+def test_evaluate_refuses_to_write_another_datasets_table_into_the_card(tiny_run):
+    _, out = tiny_run
+    before = (out / "card.json").read_text()
+    result = cli("evaluate", "--data", REPO_ROOT / "datasets" / "x86_64-znver4-2c", "--run", out)
+    assert isinstance(result.exception, MetatuneError) and "was trained on dataset" in str(result.exception)
+    assert (out / "card.json").read_text() == before

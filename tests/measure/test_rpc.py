@@ -213,6 +213,22 @@ def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, targ
     assert all("RPC server lost (tried 2x)" in r.message for r in results)
 
 
+def test_closing_the_measurer_ends_the_rpc_runners_workers(monkeypatch, target):
+    from metatune.measure.measurer import Measurer
+
+    class Pool:
+        stopped = False
+
+        def shutdown(self):
+            self.stopped = True
+
+    inner = _FlakyRunner(lose=0)
+    inner.pool = Pool()
+    with Measurer(target, runner=_retrying(monkeypatch, inner)):
+        pass
+    assert inner.pool.stopped
+
+
 def test_no_server_left_stops_the_run_with_a_clear_error(monkeypatch):
     from metatune.measure import runners
 

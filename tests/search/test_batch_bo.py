@@ -173,7 +173,7 @@ def test_tiny_space_is_exhausted_without_repeats_and_failures_stay_out(target):
 @pytest.mark.parametrize("task_model", [False, True])
 def test_resume_from_database_proposes_only_unmeasured_configurations(target, task_model):
     """40 of the 48 configurations are in the database (some as failures): exactly the other 8 follow
-    (and a task model learns the 32 successful records before the first proposal)."""
+    (and a task model learns the 40 records, failures too, before the first proposal)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
@@ -193,13 +193,72 @@ def test_resume_from_database_proposes_only_unmeasured_configurations(target, ta
     ctx2.pre_tuning(max_trials=64, num_trials_per_iter=16, design_spaces=ctx2.generate_design_space(),
                     database=database, cost_model=ms.cost_model.RandomModel(seed=0))
     assert strategy.stats.resumed == 40 and len(strategy.failures) == 8 and len(strategy.observations) == 32
-    assert (strategy.task_model.samples == 32) if task_model else strategy.task_model is None
+    assert (strategy.task_model.samples == 40) if task_model else strategy.task_model is None
     before = {str(m.sch.trace) for m in recorded}
     proposed = []
     while (mcs := _run_batch(ctx2)) is not None:
         proposed += [str(m.sch.trace) for m in mcs]
     assert len(proposed) == len(set(proposed)) == 8 and not set(proposed) & before
     assert strategy.stats.gp_batches == strategy.stats.batches == 1  # the records seeded the GP
+
+
+def test_resumed_records_are_scored_before_the_cost_model_learns_them(target):
+    """As a proposal is scored before it is measured, a resumed run's records get the cost model's
+    scores before BatchBO hands them to it: scores their own latencies did not shape."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from metatune.env.device import local_fingerprint
+    from metatune.search.batch_bo import BatchBO
+    from metatune.search.online_model import MetaTuneCostModel
+    from metatune.tune.tuner import resolve_checkpoint, warms_cost_model
+
+    trained = resolve_checkpoint("auto", local_fingerprint())[0]
+    _, ctx = _driven(TINY, target, None, q=24, trials=24)
+    recorded = ctx.generate_measure_candidates()
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(ctx.mod)
+    for m in recorded:
+        database.commit_tuning_record(TuningRecord(m.sch.trace, workload, [synthetic_latency(m)], target, m.args_info))
+    cost_model, strategy = MetaTuneCostModel(trained), BatchBO(seed=1, task_model=False)
+    assert warms_cost_model(strategy)  # so the tuner leaves the cost model cold for it
+    ctx2 = ms.TuneContext(mod=ctx.mod, target=target, space_generator="post-order-apply",
+                          search_strategy=strategy, task_name="main")
+    ctx2.pre_tuning(max_trials=48, num_trials_per_iter=8, design_spaces=ctx2.generate_design_space(),
+                    database=database, cost_model=cost_model)
+    raw = np.array([strategy.observations[strategy.space.config_of(m.sch.trace)].raw for m in recorded])
+    assert np.allclose(raw, MetaTuneCostModel(trained).predict(ctx2, recorded))  # the meta-learned scores
+    assert not np.allclose(raw, cost_model.predict(ctx2, recorded)), "the cost model did not learn the records"
+
+
+def test_cost_model_failures_are_counted(target, caplog):
+    from metatune.env.plugin import COST_MODEL, plugin_class
+
+    class Broken:
+        def update(self, context, candidates, results):
+            pass
+
+        def predict(self, context, candidates):
+            raise RuntimeError("no prediction today")
+
+    broken = plugin_class(COST_MODEL, Broken, "BrokenCostModel")()
+    strategy, ctx = _driven(TINY, target, broken, q=8, trials=16)
+    with caplog.at_level(logging.WARNING):
+        assert _run_batch(ctx) is not None  # a flat prior: the batch is still proposed
+    assert strategy.stats.prior_failures >= 1 and "no prediction today" in caplog.text
+
+
+def test_a_thorough_look_retries_exhausted_incumbents(target):
+    """Before the search concludes the space is used up, it looks again around incumbents an earlier
+    round gave up on (a few unlucky draws mark one exhausted)."""
+    strategy, _ = _driven("dense:m=64,n=64,k=64", target, None, q=8, trials=48, pool_random=16)
+    pool = strategy.pool
+    incumbent = strategy.space.sample_candidates(1, seed=0, exclude=set())[0].config
+    pool.exhausted.add(incumbent)
+    pool.update(1, [incumbent], set())
+    assert not any(e.origin == incumbent for e in pool.entries.values())
+    pool.update(1, [incumbent], set(), thorough=True)
+    assert any(e.origin == incumbent for e in pool.entries.values())
 
 
 def test_gp_failure_falls_back_to_the_cost_model_with_a_warning(target, monkeypatch, caplog):

@@ -114,6 +114,14 @@ def test_zoo_card_and_readme(tmp_path):
     for section in ("## Intended use", "## Training data", "## Metrics", "## Limitations", "## How to reproduce"):
         assert section in body
     assert "make train-zoo" in body and "| heldout/conv2d | 0.81 | 0.9 |" in body and "![loss.png](loss.png)" in body
+    assert "## Metrics (held-out)" in body
+
+
+def test_an_adapted_checkpoints_readme_says_its_metrics_chose_it(tmp_path):
+    """`zoo adapt` scores its candidates on the validation workloads that then choose one: optimistic."""
+    adapted = make_run(tmp_path, SPR, adapted_from={"id": "x86_64-znver5-2c/v2"})
+    readme = (zoo.publish(adapted, tmp_path / "zoo").directory / "README.md").read_text()
+    assert "## Metrics (validation workloads that chose the adaptation)" in readme and "(held-out)" not in readme
 
 
 def test_publish_rejects_invalid_runs_and_publishes_nothing(tmp_path):
