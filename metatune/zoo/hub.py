@@ -45,7 +45,8 @@ def push_to_hub(entry: ZooEntry, repo_id: str) -> str:
 
 def pull_from_hub(repo_id: str, root: Path | None = None, *, revision: str | None = None,
                   template_version: str | None = None) -> list[ZooEntry]:
-    """Import every checkpoint of a Hub repo whose weights are not in the zoo yet (new local versions)."""
+    """Import every checkpoint of a Hub repo whose weights are not in the zoo yet (new local versions).
+    Every downloaded checkpoint is checked before any is published: a bad one leaves the zoo as it was."""
     check_hf_repo(repo_id)
     hub = require_hf_hub()
     root = Path(root) if root is not None else default_zoo_dir()
@@ -55,12 +56,19 @@ def pull_from_hub(repo_id: str, root: Path | None = None, *, revision: str | Non
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(hub.snapshot_download(repo_id=repo_id, revision=revision, local_dir=tmp,
                                            allow_patterns=["*/v*/*"]))
+        checked = []
         for card_path in sorted(local.glob(f"*/v*/{CARD_FILE}")):
+            where = f"{repo_id}:{card_path.parent.relative_to(local)}"
             remote = json.loads(card_path.read_text())
             digest = remote.get("zoo", {}).get("weights_sha256")
-            data = (card_path.parent / WEIGHTS_FILE).read_bytes()
-            if digest != sha256(data):
-                raise ChecksumError(f"{repo_id}:{card_path.parent.relative_to(local)}", str(digest), sha256(data))
+            weights = card_path.parent / WEIGHTS_FILE
+            if not weights.is_file():
+                raise ZooError(f"{where}: no {WEIGHTS_FILE} beside its {CARD_FILE}")
+            actual = sha256(weights.read_bytes())
+            if digest != actual:
+                raise ChecksumError(where, str(digest), actual)
+            checked.append((card_path, remote, digest))
+        for card_path, remote, digest in checked:
             if digest in known:
                 continue
             remote.pop("zoo")

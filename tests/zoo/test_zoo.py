@@ -481,3 +481,25 @@ def test_hf_push_and_pull_with_a_fake_client(tmp_path, monkeypatch):
     assert [e.id for e in added] == ["x86_64-sapphirerapids-2c/v2"] and added[0].sha256 == entry.sha256
     assert zoo.pull_from_hub("me/metatune-zoo", local) == []  # same weights are not imported twice
     assert zoo.verify(local).ok
+
+
+def test_a_pull_with_one_bad_checkpoint_publishes_none(tmp_path, monkeypatch):
+    source = tmp_path / "remote-zoo"
+    good = zoo.publish(make_run(tmp_path, SPR), source)
+    bad = zoo.publish(make_run(tmp_path, SPR, "other", seed=5), source)
+    data = bytearray(bad.weights_path.read_bytes())
+    data[-1] ^= 0xFF
+    bad.weights_path.write_bytes(bytes(data))
+
+    def snapshot_download(repo_id, revision, local_dir, allow_patterns):
+        import shutil
+
+        for entry in (good, bad):
+            shutil.copytree(source / entry.path, Path(local_dir) / entry.path)
+        return local_dir
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    local = tmp_path / "zoo"
+    with pytest.raises(ChecksumError, match="v2"):
+        zoo.pull_from_hub("me/metatune-zoo", local)
+    assert zoo.read_index(local) == []  # v1 was fine, but nothing is published from a pull that failed
