@@ -416,8 +416,8 @@ def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets:
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
 
-    errors: dict[int, float] = {}
-    out = {}
+    errors: dict[int, float] = {}  # by trial
+    out: dict[str, float] = {}  # by budget
     for best in best_so_far(lines, budgets):
         if best.trial not in errors:
             workload_json, record_json = lines[best.trial]
