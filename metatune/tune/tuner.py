@@ -115,6 +115,9 @@ class TuneResult:
     # trial count (as text, a JSON key) -> max relative error against NumPy of the best kernel after
     # that many trials, for the counts asked for (`check_at`)
     checked_at: dict[str, float] = field(default_factory=dict)
+    # the search ran out of unmeasured configurations before `trials` (a small space): asking for
+    # more trials again would measure nothing new
+    exhausted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -389,6 +392,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         timed_trials=len(latencies) - done,
     )
     result.update_s = round(profile.get("MeasureCallback/UpdateCostModel", 0.0), 2)
+    result.exhausted = remaining > 0 and len(latencies) < trials
     if watch is not None and (note := watch.note()):
         result.disturbed = [b.to_json() for b in watch.disturbed]
         result.notes.append(note)

@@ -128,6 +128,20 @@ def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench,
     assert "Re-timed side by side (2 interleaved rounds" in (copy / "table.md").read_text()
 
 
+def test_a_run_whose_space_ran_out_is_not_tuned_again(tmp_path):
+    """48 configurations in all: BatchBO stops short of 64 trials, and a second bench leaves the run alone."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=1,n=2,k=1'}\n")
+    args = ("bench", "--suite", str(suite), "--budgets", "64", "--strategies", "metatune", "--no-references",
+            "--trials-per-iter", "16", "--out", str(tmp_path / "b"))
+    assert (first := run_cli(*args)).returncode == 0, first.stderr[-2000:]
+    result = tmp_path / "b" / "runs" / "tiny" / "metatune-r0.json"
+    data = json.loads(result.read_text())
+    assert data["exhausted"] and data["trials"] < 64
+    assert (second := run_cli(*args)).returncode == 0, second.stderr[-2000:]
+    assert json.loads(result.read_text()) == data
+
+
 def test_retime_without_runs_is_one_line(tmp_path):
     proc = run_cli("bench", "--suite", "quick", "--out", str(tmp_path / "empty"), "--retime")
     assert proc.returncode == 2 and "holds no runs" in proc.stderr and "Traceback" not in proc.stderr
