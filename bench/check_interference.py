@@ -21,12 +21,10 @@ from pathlib import Path
 
 def kernels(workload_text: str, db: Path | None, count: int) -> list:
     """Measure candidates: the fastest `count` records of `db`, or `count` random schedules."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload as DatabaseWorkload
-
     from metatune.env.device import local_fingerprint
+    from metatune.measure.database import record_of, trial_lines
     from metatune.measure.measurer import median_latency, successful_run_seconds
     from metatune.space.knob_space import DesignSpaces
-    from metatune.measure.database import trial_lines
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(workload_text)
@@ -39,8 +37,7 @@ def kernels(workload_text: str, db: Path | None, count: int) -> list:
         secs = successful_run_seconds(record[1])
         latency.append(median_latency(secs, high=True) if secs else float("inf"))
     best = sorted(range(len(lines)), key=latency.__getitem__)[:count]
-    return [TuningRecord.from_json(lines[i][1], DatabaseWorkload.from_json(lines[i][0])).as_measure_candidate()
-            for i in best]
+    return [record_of(lines[i]).as_measure_candidate() for i in best]
 
 
 def main() -> None:

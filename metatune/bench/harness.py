@@ -154,14 +154,15 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
-    done_trials = {key: config.max_trials if r and r.get("exhausted") else int(r["trials"]) if r else 0
+    # an exhausted run (its search space ran out) counts as done: there is nothing new to measure
+    done_trials = {key: 0 if r is None else config.max_trials if r.get("exhausted") else int(r["trials"])
                    for key, r in earlier_results.items()}
     progress = progress or BenchProgress(total=len(runs) * config.max_trials)
     offset = sum(min(t, config.max_trials) for t in done_trials.values())
     progress.set(offset, "")
     failed: list[RunFailure] = []
     for bench_workload, key in runs:
-        if done_trials[key] >= config.max_trials:  # an exhausted run counts as done: nothing new to measure
+        if done_trials[key] >= config.max_trials:
             continue
         if key.strategy == "xgb-transfer" and transfer is None:
             transfer = _transfer_model(echo, config.target)

@@ -23,7 +23,7 @@ from metatune import MetatuneError
 from metatune.bench.harness import BenchConfig, RunKey, plan, write_json
 from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.env.device import fingerprint_for_target
-from metatune.measure.database import best_so_far, trial_lines
+from metatune.measure.database import best_so_far, record_of, trial_lines
 from metatune.measure.measurer import Measurer
 
 RETIMED_FILE = "retimed.json"
@@ -32,18 +32,14 @@ RETIMED_FILE = "retimed.json"
 def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: list[RunKey], out: Path,
                     budgets: list[int], rounds: int, rng: np.random.Generator) -> dict[str, Any]:
     """Every run's deployed kernels of one workload, timed again in `rounds` shuffled rounds."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
     kernels: dict[str, Any] = {}  # trace JSON -> MeasureCandidate: a kernel two runs share is timed once
     entries = []
     for key in keys:
         lines = trial_lines(key.db_dir(out), bench_workload.workload.irmodule())
         for d in best_so_far(lines, budgets):
-            workload_json, record_json = lines[d.trial]
-            trace = json.dumps(record_json[0], sort_keys=True)
+            trace = json.dumps(lines[d.trial][1][0], sort_keys=True)
             if trace not in kernels:
-                record = TuningRecord.from_json(record_json, Workload.from_json(workload_json))
-                kernels[trace] = record.as_measure_candidate()
+                kernels[trace] = record_of(lines[d.trial]).as_measure_candidate()
             entries.append((key, d, trace))
     traces = list(kernels)
     samples: dict[str, list[float]] = {t: [] for t in traces}

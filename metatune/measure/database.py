@@ -55,6 +55,14 @@ def trial_lines(db_dir: Path, mod: Any) -> list[tuple[Any, Any]]:
     return _lines_of(db_dir / WORKLOAD_FILE, db_dir / RECORD_FILE, mod)
 
 
+def record_of(line: tuple[Any, Any]) -> "TuningRecord":
+    """One of `trial_lines`' (workload JSON, tuning-record JSON) pairs as a TVM TuningRecord."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    workload_json, record_json = line
+    return TuningRecord.from_json(record_json, Workload.from_json(workload_json))
+
+
 def records_in_trial_order(database: "Database", mod: Any) -> list["TuningRecord"]:
     """`mod`'s tuning records in `database`, in measurement order for a JSONDatabase (read from its
     files); any other database has no such order and gives its getter's."""

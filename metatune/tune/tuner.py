@@ -49,7 +49,7 @@ from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, im
 from metatune.fileio import INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
 from metatune.learn.named_checkpoint import load_from_zoo, open_checkpoint
 from metatune.measure.check import check_schedule
-from metatune.measure.database import best_so_far, earlier_results, records_in_trial_order, trial_lines
+from metatune.measure.database import best_so_far, earlier_results, record_of, records_in_trial_order, trial_lines
 from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
 from metatune.measure.runners import make_runner
 from metatune.search.batch_bo import BatchBO
@@ -417,15 +417,12 @@ def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets:
     """Max relative error against NumPy of the kernel a run would deploy after each budget (raises
     WrongResultError); a kernel best at several budgets is compiled and checked once."""
     from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
 
     errors: dict[int, float] = {}  # by trial
     out: dict[str, float] = {}  # by budget
     for best in best_so_far(lines, budgets):
         if best.trial not in errors:
-            workload_json, record_json = lines[best.trial]
-            record = TuningRecord.from_json(record_json, TVMWorkload.from_json(workload_json))
+            record = record_of(lines[best.trial])
             sch = Schedule(record.workload.mod)
             record.trace.apply_to_schedule(sch, remove_postproc=False)
             errors[best.trial] = check_schedule(workload, sch, target)
