@@ -4,6 +4,8 @@ Settings were chosen by measurement on a 2-core AVX-512 VM (see docs/BENCHMARKS.
 * the build function skips `import tvm.s_tir.tensor_intrin` (20-30 s per fresh worker,
   which made every default build time out); tensorization already happened when the
   schedule was made, so the build worker does not need the intrinsics registered;
+* the build workers are kept from one batch to the next (measure/builder.py): a new pool per
+  batch, as TVM's LocalBuilder starts, cost ~3 s of each batch;
 * `number=1, repeat=5, min_repeat_ms=20`: ranks like TVM's default (Spearman ~0.97) at a
   fraction of the cost; the median of the repeats is the latency;
 * each timed candidate can then be run once here on random inputs and compared with the
@@ -29,6 +31,7 @@ from metatune.env.device import usable_cores
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.tvm_setup import use_threads
 from metatune.measure.arguments import alloc_local
+from metatune.measure.builder import kept_pool_builder
 from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck, device_type
 from metatune.workload.operators import Workload
 
@@ -121,19 +124,15 @@ class Measurer:
         settings: MeasureSettings | None = None,
         runner: "Runner | None" = None,
     ) -> None:
-        from tvm.s_tir.meta_schedule.builder import LocalBuilder
         from tvm.s_tir.meta_schedule.runner import LocalRunner
 
         self.target = target
         settings = settings or MeasureSettings()
         threads = use_threads(settings.num_threads or usable_cores())
         self.settings = dataclasses.replace(settings, num_threads=threads)
-        with uninterrupted():  # each pool waits for a worker it starts: a stop waits for them too, then ends them
-            self.builder = LocalBuilder(
-                max_workers=self.settings.build_workers or usable_cores(),
-                timeout_sec=self.settings.build_timeout_s,
-                f_build=build_without_intrinsics,
-            )
+        self.builder = kept_pool_builder(self.settings.build_workers or usable_cores(), self.settings.build_timeout_s,
+                                         build_without_intrinsics)
+        with uninterrupted():  # the runner's pool waits for the worker it starts: a stop waits for it too, then ends it
             self.runner = runner or LocalRunner(
                 timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config(),
                 f_alloc_argument=alloc_local,
@@ -149,7 +148,9 @@ class Measurer:
         self.close()
 
     def close(self) -> None:
-        """End the runner's worker process now: TVM's LocalRunner keeps it until garbage collection."""
+        """End the builder's and the runner's worker processes now: TVM's LocalRunner keeps its
+        worker until garbage collection."""
+        self.builder.shutdown()
         pool = getattr(self.runner, "pool", None)
         if pool is not None:
             pool.shutdown()
