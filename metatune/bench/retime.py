@@ -3,8 +3,8 @@
 Why: a bench tunes one strategy after another, minutes apart, and on a shared VM the same kernel
 can run twice as slow ten minutes later (docs/BENCHMARKS.md, "Search designs on the validation
 suite"), so best latencies taken during tuning compare the host's phases as much as the strategies.
-Here, per workload, the kernel each run would deploy after each budget (its best so far, by the
-latencies it saw while tuning) is built and timed again together with all the others, in rounds of
+Here, per workload, the kernel each run would deploy after each budget (`best_so_far`: the one TVM's
+database returns first, by the latencies it saw while tuning) is built and timed again together with all the others, in rounds of
 shuffled order; a kernel's latency is the median of its rounds' medians. Every kernel is checked
 against NumPy on the way (the measurer checks each one after timing it); a check that fails is
 reported as the run's failure at that budget, never as a slow kernel.

@@ -92,8 +92,10 @@ def earlier_results(records: list["TuningRecord"]) -> list["RunnerResult"]:
 
 @dataclass(frozen=True)
 class BestSoFar:
-    """The kernel a run stopped after `budget` trials would deploy: the fastest trial up to then, by the
-    latencies it saw while tuning (the median of its repeats, a time that was measured)."""
+    """The kernel a run stopped after `budget` trials would deploy: the trial TVM's database returns
+    first (lowest mean of its timed repeats, the earliest of equals), which `compile_tir` and a
+    model's build use; `latency_s` is its median repeat (a time that was measured), as in the
+    tuning curves."""
 
     budget: int
     trial: int  # index into the run's trial lines
@@ -101,12 +103,14 @@ class BestSoFar:
 
 
 def best_so_far(lines: list[tuple[Any, Any]], budgets: list[int]) -> list[BestSoFar]:
-    """The best trial after each budget a run's `trial_lines` reached (none before its first success)."""
-    wanted, out, best, best_at = set(budgets), [], float("inf"), -1
+    """The deployed trial after each budget a run's `trial_lines` reached (none before its first success).
+    By TVM's rule, not the curves' best median: the two differ at about one budget in eight, on near-ties
+    (docs/BENCHMARKS.md, "The kernel TVM deploys")."""
+    wanted, out, best_mean, best_at, latency = set(budgets), [], float("inf"), -1, 0.0
     for i, (_, record) in enumerate(lines):
         secs = successful_run_seconds(record[1])
-        if secs and (latency := median_latency(secs, high=True)) < best:
-            best, best_at = latency, i
+        if secs and (mean := sum(secs) / len(secs)) < best_mean:
+            best_mean, best_at, latency = mean, i, median_latency(secs, high=True)
         if i + 1 in wanted and best_at >= 0:
-            out.append(BestSoFar(i + 1, best_at, best))
+            out.append(BestSoFar(i + 1, best_at, latency))
     return out

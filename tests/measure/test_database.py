@@ -1,6 +1,6 @@
 """A MetaSchedule JSON database read in measurement order (its getters sort by latency)."""
 
-from metatune.measure.database import earlier_results, records_in_trial_order, trial_lines
+from metatune.measure.database import best_so_far, earlier_results, records_in_trial_order, trial_lines
 from metatune.space.knob_space import DesignSpaces
 from metatune.workload.operators import Workload
 
@@ -51,3 +51,28 @@ def test_another_database_gives_its_getters_order(target):
     filled(database, target)
     records = records_in_trial_order(database, WORKLOAD.irmodule())
     assert sorted(float(r.run_secs[0]) for r in records) == sorted(LATENCIES)
+
+
+# Repeats whose mean and median disagree: trial 1 has the lowest median; trial 4 ties trial 3's mean,
+# later; trial 5 has the lowest mean and a higher median than trials 1 and 3.
+REPEATS = [[6e-6, 6e-6, 6e-6], [3e-6, 3e-6, 30e-6], [1e10], [4e-6, 4e-6, 4e-6], [4e-6, 4e-6, 4e-6], [5e-6, 5e-6, 1e-6]]
+
+
+def test_the_kernel_deployed_after_each_budget_is_the_one_tvms_database_returns_first(tmp_path, target):
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+    candidates = DesignSpaces(WORKLOAD, target).random_candidates(len(REPEATS), seed=0)
+    lines_so_far = []
+    for n, (cand, secs) in enumerate(zip(candidates, REPEATS), start=1):
+        (tmp_path / f"first-{n}").mkdir()
+        database = JSONDatabase(work_dir=str(tmp_path / f"first-{n}"))  # the run stopped after n trials
+        workload = database.commit_workload(WORKLOAD.irmodule())
+        for c, s in zip(candidates[:n], REPEATS[:n]):
+            database.commit_tuning_record(TuningRecord(c.trace, workload, s, target, c.measure_candidate().args_info))
+        lines_so_far = trial_lines(tmp_path / f"first-{n}", WORKLOAD.irmodule())
+        deployed = database.get_top_k(workload, 1)[0]
+        [best] = best_so_far(lines_so_far, [n])
+        assert str(candidates[best.trial].trace) == str(deployed.trace), f"after {n} trials"
+    picks = {b.budget: b.trial for b in best_so_far(lines_so_far, [1, 2, 3, 4, 5, 6])}
+    assert picks == {1: 0, 2: 0, 3: 0, 4: 3, 5: 3, 6: 5}  # never trial 1 (lowest median) nor 4 (equal mean, later)
+    assert best_so_far(lines_so_far, [6])[0].latency_s == 5e-6  # its median repeat, as in the curves
