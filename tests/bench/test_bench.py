@@ -105,8 +105,9 @@ def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset)
 
 
 def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench, tmp_path):
-    """`--retime`: for every run and budget, the best-so-far trial (the one the curve reports) is built,
-    verified and timed again, in the given number of rounds; the table gains the re-timed comparison."""
+    """`--retime`: for every run and budget, the trial TVM would deploy (its database's first: the lowest
+    mean of the repeats) is built, verified and timed again, in the given number of rounds; the table
+    gains the re-timed comparison."""
     out, proc = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     copy = tmp_path / "bench"
@@ -122,8 +123,12 @@ def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench,
         runs = data["workloads"][name]["runs"]
         assert sorted((r["strategy"], r["budget"]) for r in runs) == sorted((s, b) for s in retimed for b in (2, 4))
         for r in runs:
-            curve = json.loads(RunKey(name, r["strategy"], 0).result_path(copy).read_text())["curve"]
-            assert r["trial"] <= r["budget"] and r["tuned_gflops"] == pytest.approx(curve[r["budget"] - 1], rel=1e-3)
+            key = RunKey(name, r["strategy"], 0)
+            curve = json.loads(key.result_path(copy).read_text())["curve"]
+            lines = (key.db_dir(copy) / RECORD_FILE).read_text().splitlines()[:r["budget"]]
+            means = [sum(s) / len(s) if s and max(s) < 1e9 else float("inf") for s in (json.loads(x)[1][1] for x in lines)]
+            assert r["trial"] == means.index(min(means)) + 1  # TVM's pick: the lowest mean, the earliest of equals
+            assert r["tuned_gflops"] <= curve[r["budget"] - 1] * (1 + 1e-3)  # the curve gives the lowest median
             assert len(r["rounds_s"]) == 2 and r["gflops"] > 0
     assert "Re-timed side by side (2 interleaved rounds" in (copy / "table.md").read_text()
 
