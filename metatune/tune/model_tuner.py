@@ -28,22 +28,18 @@ from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
-from metatune.tune.load_watch import watch_load
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.scheduling import gradient_scheduler
 from metatune.tune.tuner import (
     exclusive_database,
-    measure_callbacks,
     measure_seconds,
     measured_latencies,
     prepare,
-    progress_callback,
     resumed_seed,
     search_seconds,
     search_threads,
     strategy_parts,
-    tuning_loop,
-    warm_start,
+    tuning_run,
     warms_cost_model,
 )
 from metatune.workload.model_source import ModelSource, Shape
@@ -237,33 +233,25 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     watch = None
     tune_start = time.perf_counter()
     if remaining > 0:
-        database = ms.database.JSONDatabase(work_dir=str(db_dir))
         cold = [(t.dispatched[0], t.task_name) for t, search in zip(tasks, searches) if not warms_cost_model(search)]
-        if done > 0 and cold:
-            cost_model = warm_start(cost_model, database, tvm_target, cold)
         # The gradient scheduler first gives each task one batch in turn: small enough batches
         # let every task get a schedule within the budget.
         per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
         if per_iter < trials_per_iter:
             notes.append(f"batches of {per_iter} (not {trials_per_iter}) so that all {len(tasks)} tasks "
                          f"get measured within {remaining} trials")
-        callbacks = measure_callbacks()
-        if report is not None:
-            status = _status(tasks)
-            callbacks.append(progress_callback(trials, lambda n, total, best: report(n, total, status(best)), measured))
-        watch = watch_load(runner, done)
-        if watch is not None:
-            callbacks.append(watch.callback())
+        status = _status(tasks)
+        report_status = None if report is None else (lambda n, total, best: report(n, total, status(best)))
         scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
-        with tuning_loop(setup.measurer), ms.Profiler() as profiler:
+        with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, measured, report_status) as run:
             ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
                           task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=remaining, num_trials_per_iter=per_iter,
                           builder=builder, runner=setup.measurer.runner,
-                          database=database, cost_model=cost_model,
-                          measure_callbacks=callbacks, task_scheduler=scheduler)
-        profile = {k: float(v) for k, v in profiler.get().items()}
-        for task, why in (cost_model.demoted if strategy == "metatune" else {}).items():
+                          database=run.database, cost_model=run.cost_model,
+                          measure_callbacks=run.callbacks, task_scheduler=scheduler)
+        profile, watch = run.profile, run.watch
+        for task, why in (run.cost_model.demoted if strategy == "metatune" else {}).items():
             tuners[task], uncovered[task] = "metatune-xgb-prior", why
             notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
                          "with XGBModel as its prior, trained on the task's measurements from then on")

@@ -56,7 +56,7 @@ from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
 from metatune.search.online_model import MetaTuneCostModel
 from metatune.space.knob_space import DesignSpaces
-from metatune.tune.load_watch import watch_load
+from metatune.tune.load_watch import LoadWatch, watch_load
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
 from metatune.zoo import ZooWarning, default_zoo_dir, resolve
@@ -219,6 +219,45 @@ def tuning_loop(measurer: Measurer) -> Iterator[None]:
         measurer.close()
 
 
+@dataclass
+class TuningRun:
+    """What TVM's loop of one tuning run is given (its JSON database, the cost model, the measure
+    callbacks), the load watch beside it, and the MetaSchedule profile of the loop once it ended."""
+
+    database: Any
+    cost_model: Any
+    callbacks: list[Any]
+    watch: LoadWatch | None
+    profile: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: list[tuple[Any, str]], done: int,
+               trials: int, runner: str, measured: list[list[float | None]],
+               report: Callable[[int, int, dict[int, float]], None] | None) -> Iterator[TuningRun]:
+    """Set up and enclose TVM's loop (`ms.tune_tir` / `ms.tune_tasks`, run inside with the yielded
+    parts) so that a run resumed after `done` of its `trials` goes on as if it had never stopped: the
+    cost model first learns the database's records of `cold_tasks` (`(IRModule, task name)`: those
+    whose search strategy does not hand them over itself, `warms_cost_model`); `report` (see
+    `progress_callback`, `measured` per task) starts from the bests already found; the loop is
+    `tuning_loop` (stops at a batch boundary, ends the measurer's workers) and profiled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    database = ms.database.JSONDatabase(work_dir=str(db_dir))
+    if done > 0 and cold_tasks:
+        cost_model = warm_start(cost_model, database, setup.target, cold_tasks)
+    callbacks = measure_callbacks()
+    if report is not None:
+        callbacks.append(progress_callback(trials, report, measured))
+    watch = watch_load(runner, done)
+    if watch is not None:
+        callbacks.append(watch.callback())
+    run = TuningRun(database, cost_model, callbacks, watch)
+    with tuning_loop(setup.measurer), ms.Profiler() as profiler:
+        yield run
+    run.profile = {k: float(v) for k, v in profiler.get().items()}
+
+
 def hold_database(db_dir: Path) -> AbstractContextManager[None]:
     """Be the only process writing the database `db_dir` while inside (`hold_directory`)."""
     return hold_directory(db_dir, "a tuning run")
@@ -341,7 +380,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     """Tune `workload` until the database holds `trials` trials of it; verify and report the best.
     `transfer` and `target` (a `--target` text; None: this machine): see `prepare`. MetaSchedule's
     logs go to `<db_dir>/logs`, and to the console too when `verbose`. `check_at`: trial counts
-    whose best-so-far kernel is reported too (a benchmark's budgets), each checked against NumPy."""
+    whose deployed kernel is reported too (a benchmark's budgets), each checked against NumPy."""
     from tvm.s_tir import meta_schedule as ms
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
@@ -357,25 +396,17 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     profile: dict[str, float] = {}
     watch = None
     if remaining > 0:
-        database = ms.database.JSONDatabase(work_dir=str(db_dir))
-        if done > 0 and not warms_cost_model(search):
-            cost_model = warm_start(cost_model, database, tvm_target, [(mod, "main")])
-        callbacks = measure_callbacks()
-        if report is not None:
-            callbacks.append(progress_callback(
-                trials, lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0),
-                [measured]))
-        watch = watch_load(runner, done)
-        if watch is not None:
-            callbacks.append(watch.callback())
+        cold = [] if warms_cost_model(search) else [(mod, "main")]
+        report_best = None if report is None else \
+            (lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0))
         detach_unnamed_meta_schedule_log_handlers()
         set_meta_schedule_console(verbose)
-        with tuning_loop(measurer), ms.Profiler() as profiler:
+        with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, [measured], report_best) as run:
             ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
-                        runner=measurer.runner, database=database, cost_model=cost_model, strategy=search,
-                        measure_callbacks=callbacks, seed=seed, num_tuning_cores=search_threads())
-        profile = {k: float(v) for k, v in profiler.get().items()}
+                        runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
+                        measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
+        profile, watch = run.profile, run.watch
     wall = time.perf_counter() - start
     latencies = measured_latencies(db_dir, mod)
     curve, best = [], float("inf")
