@@ -9,18 +9,21 @@ EvolutionarySearch instead, and the choice is reported per task.
 
 The check samples a few configurations per design space. Should a later candidate still not
 encode, `RoutedCostModel` moves that task to the fallback model for the rest of the run and
-logs why, rather than failing the whole model.
+logs why, rather than failing the whole model; the fallback first learns the task's measurements
+so far from the run's database, so that it does not start cold halfway through.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metatune.encode.supergraph import REBUILD_HINT
 from metatune.env.plugin import COST_MODEL, plugin_class
+from metatune.measure.database import earlier_results, record_of, trial_lines
 from metatune.space.knob_space import DesignSpaces, SearchSpace
 
 if TYPE_CHECKING:
@@ -60,12 +63,15 @@ def uncovered_reason(context: "TuneContext", encoder: "GraphEncoder", samples_pe
 
 class _RoutedCostModelLogic:
     """One cost model per task, as MetaSchedule's task scheduler takes a single one:
-    tasks named in `primary_tasks` use `primary`, all others `fallback`."""
+    tasks named in `primary_tasks` use `primary`, all others `fallback`. A task whose primary
+    model fails moves to `fallback`, which first learns the task's records in `db_dir` (the run's
+    JSON database) when given."""
 
-    def __init__(self, primary: Any, fallback: Any, primary_tasks: set[str]) -> None:
+    def __init__(self, primary: Any, fallback: Any, primary_tasks: set[str], db_dir: Path | None = None) -> None:
         self.primary = primary
         self.fallback = fallback
         self.primary_tasks = set(primary_tasks)
+        self.db_dir = db_dir
         self.demoted: dict[str, str] = {}  # task -> why it left the primary model mid-run
 
     def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
@@ -85,9 +91,21 @@ class _RoutedCostModelLogic:
                 self.demoted[task] = _reason(err)
                 logger.warning("task %s: metatune's cost model failed in %s (%s); XGBModel takes over",
                                task, method, self.demoted[task])
+                if self._hand_over(context) and method == "update":
+                    return None  # MetaSchedule adds a batch to the database before UpdateCostModel: it was learnt
         return getattr(self.fallback, method)(context, *args)
 
+    def _hand_over(self, context: "TuneContext") -> bool:
+        """Teach `fallback` the task's measurements so far, in measurement order; whether there were any."""
+        if self.db_dir is None:
+            return False
+        records = [record_of(line) for line in trial_lines(self.db_dir, context.mod)]
+        if records:
+            self.fallback.update(context, [r.as_measure_candidate() for r in records], earlier_results(records))
+        return bool(records)
 
-def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str]) -> Any:  # noqa: N802 (creates the TVM class)
-    """A MetaSchedule cost model that sends each task to `primary` or `fallback`."""
-    return plugin_class(COST_MODEL, _RoutedCostModelLogic, "RoutedCostModel")(primary, fallback, primary_tasks)
+
+def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str],  # noqa: N802 (creates the TVM class)
+                    db_dir: Path | None = None) -> Any:
+    """A MetaSchedule cost model that sends each task to `primary` or `fallback` (see the logic class)."""
+    return plugin_class(COST_MODEL, _RoutedCostModelLogic, "RoutedCostModel")(primary, fallback, primary_tasks, db_dir)

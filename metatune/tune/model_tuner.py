@@ -152,11 +152,12 @@ def _status(tasks: list["ExtractedTask"]) -> Callable[[dict[int, float]], str]:
     return status
 
 
-def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"],
-          uncovered: dict[str, str | None]) -> tuple[Any, list[Any], dict[str, str], list[str]]:
+def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: dict[str, str | None],
+          db_dir: Path) -> tuple[Any, list[Any], dict[str, str], list[str]]:
     """Cost model, each task's search strategy, each task's tuner name, and a note: the
     strategy's parts, except that under `metatune` the tasks its cost model cannot encode get
-    XGBModel (through RoutedCostModel) and EvolutionarySearch."""
+    XGBModel (through RoutedCostModel, which reads a demoted task's records from `db_dir`) and
+    EvolutionarySearch."""
     from tvm.s_tir import meta_schedule as ms
 
     # no seed of its own: each task's clone draws from its TuneContext's rand_state (the run's seed
@@ -177,7 +178,7 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"],
         f"metatune's cost model encodes {len(encodable)} of {len(tasks)} tasks; the other "
         f"{len(tasks) - len(encodable)} are tuned with XGBModel + EvolutionarySearch (TVM's default; "
         "fallback_tasks lists them, tasks[].uncovered says why)"]
-    return RoutedCostModel(cost_model, fallback, encodable), searches, tuners, notes
+    return RoutedCostModel(cost_model, fallback, encodable, db_dir), searches, tuners, notes
 
 
 def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, threads: int,
@@ -227,7 +228,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     done = sum(len(m) for m in measured)
     remaining = trials - done
     seed = resumed_seed(seed, done)
-    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered)
+    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, db_dir)
     notes = setup.notes + imported.model.notes + notes
     profile: dict[str, float] = {}
     watch = None
@@ -254,7 +255,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
         for task, why in (run.cost_model.demoted if strategy == "metatune" else {}).items():
             tuners[task], uncovered[task] = "metatune-xgb-prior", why
             notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
-                         "with XGBModel as its prior, trained on the task's measurements from then on")
+                         "with XGBModel as its prior, trained on all the task's measurements")
     if watch is not None and (note := watch.note()):
         notes.append(note)
     tune_s = time.perf_counter() - tune_start

@@ -136,7 +136,7 @@ def softmax_module():
 
 
 @needs_zoo
-def test_tasks_metatune_cannot_encode_go_to_xgb(target):
+def test_tasks_metatune_cannot_encode_go_to_xgb(target, tmp_path):
     """Routing on real candidates: an encodable conv2d is scored by metatune's model, a softmax
     by XGBModel; a task wrongly routed to metatune moves to XGBModel, with the reason."""
     from tvm.s_tir import meta_schedule as ms
@@ -174,6 +174,19 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target):
     assert wrong.predict(contexts["softmax"], cands["softmax"]).shape == (1,)
     assert "softmax" in wrong.demoted and "slot" in wrong.demoted["softmax"]
     assert wrong.primary_tasks == {conv}
+
+    # With the run's database, the demoted task's XGBModel first learns what was measured before
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    workload = database.commit_workload(modules["softmax"])
+    measured = [DesignSpaces.from_context(contexts["softmax"]).random_candidate(rng) for _ in range(3)]
+    for cand, secs in zip(measured, ([2e-5], [1e10], [1e-5])):  # the second one failed
+        database.commit_tuning_record(ms.database.TuningRecord(cand.trace, workload, secs, target,
+                                                               cand.measure_candidate().args_info))
+    fresh = ms.cost_model.CostModel.create("xgb", num_tuning_cores=1)
+    handed = RoutedCostModel(metatune, fresh, {conv, "softmax"}, tmp_path)
+    assert handed.predict(contexts["softmax"], cands["softmax"]).shape == (1,) and "softmax" in handed.demoted
+    [group] = fresh.data.values()
+    assert len(group.costs) == 3  # all three, the failure as the worst
 
 
 @pytest.fixture(scope="module")
