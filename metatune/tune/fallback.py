@@ -73,6 +73,7 @@ class _RoutedCostModelLogic:
         self.primary_tasks = set(primary_tasks)
         self.db_dir = db_dir
         self.demoted: dict[str, str] = {}  # task -> why it left the primary model mid-run
+        self._handed: dict[str, set[str]] = {}  # task -> traces of the records its fallback learnt on demotion
 
     def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
                results: list["RunnerResult"]) -> None:
@@ -91,18 +92,32 @@ class _RoutedCostModelLogic:
                 self.demoted[task] = _reason(err)
                 logger.warning("task %s: metatune's cost model failed in %s (%s); XGBModel takes over",
                                task, method, self.demoted[task])
-                if self._hand_over(context) and method == "update":
+                if self._hand_over(task, context) and method == "update":
                     return None  # MetaSchedule adds a batch to the database before UpdateCostModel: it was learnt
+        if method == "update" and task in self._handed:
+            args = self._not_handed(task, *args)
+            if not args[0]:
+                return None
         return getattr(self.fallback, method)(context, *args)
 
-    def _hand_over(self, context: "TuneContext") -> bool:
-        """Teach `fallback` the task's measurements so far, in measurement order; whether there were any."""
+    def _hand_over(self, task: str, context: "TuneContext") -> bool:
+        """Teach `fallback` the task's measurements so far, in measurement order (failures as the worst,
+        as on resume); whether there were any."""
         if self.db_dir is None:
             return False
         records = [record_of(line) for line in trial_lines(self.db_dir, context.mod)]
         if records:
             self.fallback.update(context, [r.as_measure_candidate() for r in records], earlier_results(records))
+            self._handed[task] = {str(r.trace) for r in records}
         return bool(records)
+
+    def _not_handed(self, task: str, candidates: list[Any], results: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The update's measurements the hand-over did not give already (BatchBO's resume scores the
+        database's records, which may demote the task, then has the model learn the same records)."""
+        handed = self._handed[task]
+        keep = [i for i, c in enumerate(candidates) if str(c.sch.trace) not in handed]
+        handed.difference_update(str(c.sch.trace) for c in candidates)  # each is skipped once
+        return [candidates[i] for i in keep], [results[i] for i in keep]
 
 
 def RoutedCostModel(primary: Any, fallback: Any, primary_tasks: set[str],  # noqa: N802 (creates the TVM class)

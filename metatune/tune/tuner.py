@@ -406,7 +406,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                         num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
                         runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
                         measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
-        profile, watch = run.profile, run.watch
+        profile, watch, cost_model = run.profile, run.watch, run.cost_model
     wall = time.perf_counter() - start
     latencies = measured_latencies(db_dir, mod)
     curve, best = [], float("inf")

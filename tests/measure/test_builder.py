@@ -67,9 +67,11 @@ def test_a_timeout_reads_as_local_builders_and_the_killed_worker_is_replaced(bui
 
 
 def test_closing_a_measurer_ends_its_build_workers(target, build_inputs):
-    before = build_workers()
     measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1))
-    measurer.builder.build(build_inputs[:2])
-    assert build_workers() - before
-    measurer.close()
+    try:
+        before = build_workers()  # the runner's worker, started with the measurer
+        measurer.builder.build(build_inputs[:2])
+        assert build_workers() - before
+    finally:
+        measurer.close()
     assert build_workers() - before == set()

@@ -13,7 +13,8 @@ from tests.conftest import SMALL_SHAPES
 
 @pytest.fixture(scope="module")
 def measurer(target):
-    return Measurer(target, MeasureSettings(repeat=2, min_repeat_ms=1))
+    with Measurer(target, MeasureSettings(repeat=2, min_repeat_ms=1)) as measurer:
+        yield measurer
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -42,17 +43,17 @@ def test_family_builds_runs_and_matches_numpy(family, target, measurer):
 def test_verification_flags_wrong_results(target):
     """With an impossible tolerance every built candidate must be reported as wrong."""
     workload = Workload.parse(SMALL_SHAPES["dense"])
-    strict = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, rtol=-1.0))
     cands = DesignSpaces(workload, target).random_candidates(2, seed=0)
-    results = strict.measure(workload, [c.measure_candidate() for c in cands])
+    with Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, rtol=-1.0)) as strict:
+        results = strict.measure(workload, [c.measure_candidate() for c in cands])
     assert [r.failure for r in results] == [FailureKind.WRONG_RESULT] * 2
 
 
 def test_build_failure_is_typed_not_raised(target):
     workload = Workload.parse(SMALL_SHAPES["dense"])
-    tight = Measurer(target, MeasureSettings(build_timeout_s=0.001, repeat=1, min_repeat_ms=1))
     cands = DesignSpaces(workload, target).random_candidates(2, seed=0)
-    results = tight.measure(workload, [c.measure_candidate() for c in cands])
+    with Measurer(target, MeasureSettings(build_timeout_s=0.001, repeat=1, min_repeat_ms=1)) as tight:
+        results = tight.measure(workload, [c.measure_candidate() for c in cands])
     assert all(r.failure in (FailureKind.BUILD_TIMEOUT, FailureKind.BUILD_ERROR) for r in results)
 
 
@@ -77,6 +78,7 @@ def test_candidates_are_checked_after_the_batch_is_timed(target):
 
     measurer.runner, measurer._verify = RecordingRunner(), recording_verify
     cands = DesignSpaces(workload, target).random_candidates(2, seed=0)
-    results = measurer.measure(workload, [c.measure_candidate() for c in cands])
+    with measurer:
+        results = measurer.measure(workload, [c.measure_candidate() for c in cands])
     assert all(r.ok for r in results), [r.message for r in results]
     assert events == ["time", "check", "check"]

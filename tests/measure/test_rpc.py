@@ -204,11 +204,13 @@ def test_lost_candidates_are_retried_once_then_typed_run_error(monkeypatch, targ
     settings = MeasureSettings(repeat=1, min_repeat_ms=1)
 
     once = _retrying(monkeypatch, _FlakyRunner(lose=2))  # two lost, both fine on the retry
-    results = Measurer(target, settings, runner=once).measure(workload, cands)
+    with Measurer(target, settings, runner=once) as measurer:
+        results = measurer.measure(workload, cands)
     assert all(r.ok for r in results) and once.retried == 2 and once.lost == 0
 
     never = _retrying(monkeypatch, _FlakyRunner(lose=10**6))  # every server keeps dying
-    results = Measurer(target, settings, runner=never).measure(workload, cands)
+    with Measurer(target, settings, runner=never) as measurer:
+        results = measurer.measure(workload, cands)
     assert [r.failure for r in results] == [FailureKind.RUN_ERROR] * 3
     assert all("RPC server lost (tried 2x)" in r.message for r in results)
 

@@ -519,6 +519,7 @@ def tuned(tmp_path_factory, target):
                                cost_model=ms.cost_model.RandomModel(seed=0), strategy=strategy, seed=0,
                                num_tuning_cores=1)
         runs.append((strategy, time.perf_counter() - start))
+    measurer.close()
     space = SearchSpace(DesignSpaces(workload, target))
     configs = [space.config_of(r.trace) for r in database.get_all_tuning_records()]
     return runs, configs

@@ -124,8 +124,8 @@ def test_winograd_candidates_are_correct_or_typed_wrong_results_never_timed():
     for index in (0, len(space) - 1):
         ks = space[index]
         cands += [ks.schedule(_quick(ks.sample(rng).config, ks)) for _ in range(2)]
-    measurer = Measurer(target(), MeasureSettings(repeat=1, min_repeat_ms=1))
-    results = measurer.measure(space.spaces.workload, [c.measure_candidate() for c in cands])
+    with Measurer(target(), MeasureSettings(repeat=1, min_repeat_ms=1)) as measurer:
+        results = measurer.measure(space.spaces.workload, [c.measure_candidate() for c in cands])
     assert len(results) == len(cands)
     for result in results:
         if result.ok:

@@ -140,10 +140,12 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target, tmp_path):
     """Routing on real candidates: an encodable conv2d is scored by metatune's model, a softmax
     by XGBModel; a task wrongly routed to metatune moves to XGBModel, with the reason."""
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from metatune.encode.supergraph import GraphEncoder
     from metatune.env.device import local_fingerprint
     from metatune.env.tvm_setup import import_tensor_intrinsics
+    from metatune.measure.database import earlier_results
     from metatune.search.online_model import MetaTuneCostModel
     from metatune.space.knob_space import DesignSpaces
     from metatune.tune.fallback import RoutedCostModel, uncovered_reason
@@ -187,6 +189,12 @@ def test_tasks_metatune_cannot_encode_go_to_xgb(target, tmp_path):
     assert handed.predict(contexts["softmax"], cands["softmax"]).shape == (1,) and "softmax" in handed.demoted
     [group] = fresh.data.values()
     assert len(group.costs) == 3  # all three, the failure as the worst
+    # BatchBO's resume then has the model learn the same records: not twice
+    records = [r for r in database.get_all_tuning_records() if r.workload.same_as(workload)]
+    handed.update(contexts["softmax"], [r.as_measure_candidate() for r in records], earlier_results(records))
+    assert len(next(iter(fresh.data.values())).costs) == 3
+    handed.update(contexts["softmax"], cands["softmax"], [RunnerResult([3e-5], None)])  # a new measurement is learnt
+    assert len(next(iter(fresh.data.values())).costs) == 4
 
 
 @pytest.fixture(scope="module")
