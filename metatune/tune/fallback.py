@@ -115,8 +115,11 @@ class _RoutedCostModelLogic:
         """The update's measurements the hand-over did not give already (BatchBO's resume scores the
         database's records, which may demote the task, then has the model learn the same records)."""
         handed = self._handed[task]
-        keep = [i for i, c in enumerate(candidates) if str(c.sch.trace) not in handed]
-        handed.difference_update(str(c.sch.trace) for c in candidates)  # each is skipped once
+        traces = [str(c.sch.trace) for c in candidates]
+        keep = [i for i, trace in enumerate(traces) if trace not in handed]
+        handed.difference_update(traces)  # each is skipped once
+        if not handed:  # all seen again: later updates go straight to the fallback
+            del self._handed[task]
         return [candidates[i] for i in keep], [results[i] for i in keep]
 
 
