@@ -13,6 +13,7 @@ import typer
 
 from metatune import MetatuneError
 from metatune.env.interrupt import Interrupted, stop_on_signals
+from metatune.fileio import write_atomic
 
 RUNNER_HELP = (
     "Where to time candidates: 'local', or 'rpc://HOST:PORT/KEY' for the servers registered under KEY at a "
@@ -30,9 +31,19 @@ def echo_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
+def check_json_out(path: Path | None) -> None:
+    """Refuse a `--json FILE` that could not be written before the work starts, not after it."""
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
+        raise MetatuneError(f"--json {path}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise MetatuneError(f"--json {path}: no such folder {path.parent}")
+
+
 def write_json(data: object, path: Path) -> None:
-    """Write `data` as indented JSON, for `--json FILE` options."""
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    """Write `data` as indented JSON, for `--json FILE` options (atomically: a crash leaves the old file)."""
+    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
 @contextmanager

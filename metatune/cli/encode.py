@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from metatune.cli.common import TARGET_HELP, write_json
+from metatune.cli.common import TARGET_HELP, check_json_out, write_json
 
 app = typer.Typer()
 
@@ -32,6 +32,7 @@ def run_encode(text: str, count: int, seed: int, show: bool, json_out: Optional[
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
+    check_json_out(json_out)
     from metatune.encode.supergraph import GraphEncoder, Template, describe
     from metatune.env.device import fingerprint_for_target
     from metatune.space.knob_space import DesignSpaces, SearchSpace

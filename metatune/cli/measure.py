@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, stop_cleanly, write_json
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_json_out, stop_cleanly, write_json
 
 app = typer.Typer()
 
@@ -38,6 +38,7 @@ def run_measure(
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(text)  # bad input fails here, before TVM is loaded
+    check_json_out(json_out)
     from metatune.measure.measurer import Measurer, MeasureResult, MeasureSettings
     from metatune.measure.runners import make_runner
     from metatune.progress import progress_bar

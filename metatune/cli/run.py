@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import echo_json, write_json
+from metatune.cli.common import check_json_out, echo_json, write_json
 
 app = typer.Typer()
 
@@ -32,6 +32,7 @@ def run_library(
     from metatune.tune.model_runtime import load_library
     from metatune.workload.model_source import InputSpec, parse_shape
 
+    check_json_out(json_out)
     threads = use_threads(usable_cores())  # before TVM's runtime starts its thread pool
     compiled, inputs = load_library(library)
     if input_shape:

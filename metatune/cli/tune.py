@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, stop_cleanly, write_json
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_json_out, stop_cleanly, write_json
 
 app = typer.Typer()
 
@@ -135,6 +135,7 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     if model is None and (input_shape or export is not None):
         raise MetatuneError("--input-shape and --export go with --model")
     check_options(trials, db, checkpoint, runner, target)
+    check_json_out(json_out)
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose, input_shape or [], export)

@@ -246,6 +246,10 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
         return DeviceFingerprint(arch=kind, vendor="unknown", cpu_model="unknown", isa_class=name, flags=(),
                                  num_cores=int(config.get("num-cores", 1)), llvm_host_cpu="", target=config)
     arch = _target_arch(config, host.arch)
+    if arch == host.arch and "mcpu" not in config and "mattr" not in config and "mcpu" in host.target:
+        # LLVM's default CPU is "generic" (SSE2 on x86-64): plain `llvm` here means this machine's CPU
+        config["mcpu"] = host.target["mcpu"]
+        target = parse_target(config)
     flags = _llvm_flags(target) if "mcpu" in config or "mattr" in config else set(host.flags)
     cores = int(config.setdefault("num-cores", host.num_cores if arch == host.arch else 1))
     mcpu = str(config.get("mcpu", ""))

@@ -33,11 +33,31 @@ ORPHANED_EXIT = 128 + signal.SIGTERM  # a worker's exit status once its main pro
 PARENT_POLL_S = 1.0
 
 
+class WorkerPool(ProcessPoolExecutor):
+    """A ProcessPoolExecutor whose `with` block, left by an exception (a job's error, a stop), ends
+    the workers at once: the executor's own exit would first run every job still queued."""
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
+        if exc_type is None:
+            return super().__exit__(exc_type, exc, traceback)
+        self.terminate()
+        return False
+
+    def terminate(self) -> None:
+        """Drop the queued jobs and kill the workers, running jobs and all."""
+        workers = list((self._processes or {}).values())
+        self.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.kill()
+        for worker in workers:
+            worker.join(timeout=10)
+
+
 def process_pool(workers: int, initializer: Callable[..., Any] | None = None,
-                 initargs: tuple[Any, ...] = ()) -> ProcessPoolExecutor:
+                 initargs: tuple[Any, ...] = ()) -> WorkerPool:
     """Spawned workers that run `initializer(*initargs)` first and leave quietly on Ctrl-C."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(initializer, initargs))
+    return WorkerPool(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                      initializer=_start_worker, initargs=(initializer, initargs))
 
 
 def _start_worker(initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:

@@ -89,6 +89,8 @@ class ModelSource:
                 raise MetatuneError(f"--model {spec!r}: {attr!r} is not a Python name")
             _require_file(Path(path))
             return cls(spec, "python", shapes)
+        if spec.endswith(".py"):
+            raise MetatuneError(f"--model {spec!r}: name the function that returns the network, as FILE.py:CALLABLE")
         if spec.endswith(".onnx") or Path(spec).is_file():
             _require_file(Path(spec))
             return cls(spec, "onnx", shapes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import sys
 import warnings
 from dataclasses import dataclass
@@ -82,7 +83,16 @@ def _torchvision_model(name: str) -> "torch.nn.Module":
         raise MetatuneError(f"unknown torchvision model {name!r}; e.g. "
                             f"{', '.join(n for n in ('resnet18', 'mobilenet_v2', 'efficientnet_b0', 'vit_b_16'))} "
                             f"({len(known)} in torchvision.models.list_models())")
-    return torchvision.models.get_model(name, weights=None)
+    builder = torchvision.models.get_model_builder(name)
+    # weights=None leaves a detection or segmentation model's backbone at its pretrained default:
+    # that would download ImageNet weights (and fail offline) instead of drawing them from the seed
+    untrained = {"weights": None}
+    if "weights_backbone" in inspect.signature(builder).parameters:
+        untrained["weights_backbone"] = None
+    try:
+        return builder(**untrained)
+    except Exception as err:
+        raise MetatuneError(f"--model torchvision:{name}: building it raised {first_line(err)}") from None
 
 
 def _python_model(spec: str) -> "torch.nn.Module":
@@ -95,10 +105,13 @@ def _python_model(spec: str) -> "torch.nn.Module":
     module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
     code = importlib.util.module_from_spec(module_spec)
+    # registered as an import would be: dataclasses (and pickle, typing) look a class's module up there
+    sys.modules[name] = code
     sys.path.insert(0, str(path.parent))
     try:
         module_spec.loader.exec_module(code)
     except Exception as err:
+        del sys.modules[name]
         raise MetatuneError(f"--model {spec}: running {file} raised {first_line(err)}") from None
     finally:
         sys.path.remove(str(path.parent))

@@ -91,6 +91,8 @@ def test_this_machine_is_its_own_target_and_others_are_named_by_their_target():
     assert fingerprint_for_target(None, host) == host
     same = fingerprint_for_target(f"llvm -mcpu={host.target['mcpu']} -num-cores={host.num_cores}", host)
     assert same.device_id == host.device_id
+    plain = fingerprint_for_target("llvm", host)  # LLVM alone would compile for a generic x86-64 (SSE2)
+    assert plain.device_id == host.device_id and plain.tvm_target().attrs["mcpu"] == host.target["mcpu"]
     arm = fingerprint_for_target('{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}', host)
     assert arm.device_id == "aarch64-generic-1c" and "neon" in arm.flags
     n1 = fingerprint_for_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1 -num-cores=4", host)

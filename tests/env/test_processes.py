@@ -27,6 +27,24 @@ def test_initializer_runs_in_each_worker(tmp_path):
         assert pool.submit(os.getcwd).result(timeout=60) == str(tmp_path)
 
 
+def _fail() -> None:
+    raise ValueError("the first job failed")
+
+
+def test_a_failed_job_ends_the_pool_without_running_the_queued_ones():
+    """Leaving the block on an error must not wait for every queued job (each sleeps 20 s here)."""
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="the first job failed"):
+        with process_pool(1) as pool:
+            failing = pool.submit(_fail)
+            for _ in range(3):
+                pool.submit(time.sleep, 20)
+            workers = list(pool._processes.values())
+            failing.result(timeout=60)
+    assert time.monotonic() - start < 20
+    assert workers and not any(worker.is_alive() for worker in workers)
+
+
 def test_ctrl_c_ends_a_worker_without_a_traceback(capfd):
     pool = process_pool(1)
     try:

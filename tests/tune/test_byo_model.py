@@ -45,6 +45,7 @@ def test_specs_parse_to_their_kind_and_name(tmp_path: Path) -> None:
     ("missing.py:make", "no such file missing.py"),
     (f"{DATA / 'small_net.py'}:9lives", "is not a Python name"),
     ("torchvision:", "name the torchvision model"),
+    (str(DATA / "small_net.py"), "as FILE.py:CALLABLE"),  # an existing file, yet not an ONNX model
 ])
 def test_bad_specs_are_named(spec: str, fragment: str) -> None:
     with pytest.raises(MetatuneError, match=re.escape(fragment)):
@@ -129,6 +130,28 @@ def test_torchvision_model_with_random_weights() -> None:
     assert model.inputs[0].shape == (1, 3, 32, 32) and model.folded_batchnorms > 10
     with pytest.raises(MetatuneError, match="unknown torchvision model 'resnet_nine'"):
         load_model(ModelSource.parse("torchvision:resnet_nine"))
+
+
+def test_torchvision_backbones_are_random_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segmentation model's backbone defaults to ImageNet weights even with weights=None: none is downloaded."""
+    from metatune.workload.torch_model import _torchvision_model, import_torchvision
+
+    def no_download(url: str, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"downloaded {url}")
+
+    monkeypatch.setattr(import_torchvision().models._api, "load_state_dict_from_url", no_download)
+    assert sum(p.numel() for p in _torchvision_model("lraspp_mobilenet_v3_large").parameters()) > 1e6
+
+
+def test_a_model_file_may_define_dataclasses(tmp_path: Path) -> None:
+    """Python's dataclasses look their class's module up in sys.modules while the file runs."""
+    from metatune.workload.torch_model import _python_model
+
+    file = tmp_path / "configured.py"
+    file.write_text("from __future__ import annotations\nimport dataclasses\nimport torch\n\n"
+                    "@dataclasses.dataclass\nclass Config:\n    width: int = 4\n\n"
+                    "def build():\n    return torch.nn.Linear(Config().width, 2)\n")
+    assert _python_model(f"{file}:build").out_features == 2
 
 
 def test_onnx_model_tunes_exports_and_runs_in_a_fresh_process(tmp_path: Path) -> None:
