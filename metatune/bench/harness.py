@@ -30,6 +30,7 @@ from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
 from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.check import device_type
+from metatune.measure.reference_timing import MAX_PASSES, check_max_passes
 from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url
 from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, measured_latencies, resolve_checkpoint, tune_workload
 
@@ -49,6 +50,7 @@ class BenchConfig:
     trials_per_iter: int = 16
     references: bool = True
     target: str | None = None  # a --target text; None: this machine
+    reference_passes: int = MAX_PASSES  # the most passes each reference is timed in
 
     def __post_init__(self) -> None:
         if not self.budgets or any(b < 1 for b in self.budgets):
@@ -57,6 +59,7 @@ class BenchConfig:
         check_strategies(self.strategies)
         if self.repeats < 1:
             raise MetatuneError("--repeats must be >= 1")
+        check_max_passes(self.reference_passes)
 
     @property
     def max_trials(self) -> int:
@@ -150,7 +153,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     device = reference_device(config.target)
     references = _load_references(config.out)
     if config.references and "fp32_peak_gflops" not in references:
-        _measure_peak(threads, references, echo, device)
+        _measure_peak(threads, references, echo, device, config.reference_passes)
         write_json(config.out / REFERENCES_FILE, references)
     transfer = None
     earlier_results = {key: read_result(key.result_path(config.out)) for _, key in runs}
@@ -200,7 +203,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         offset += config.max_trials - previous
         progress.set(offset, f"{key.workload} [{key.strategy}] {result['best_gflops']} GFLOPS")
         if config.references and bench_workload.name not in references.get("torch", {}):
-            _measure_reference(bench_workload, threads, references, echo, device)
+            _measure_reference(bench_workload, threads, references, echo, device, config.reference_passes)
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
@@ -249,10 +252,10 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
     old = _load_references(config.out)
     references: dict[str, Any] = {"torch": {}}
     device = reference_device(config.target)
-    _measure_peak(threads, references, echo, device)
+    _measure_peak(threads, references, echo, device, config.reference_passes)
     for bench_workload in suite:
         echo(f"measuring PyTorch eager on {bench_workload.name}")
-        _measure_reference(bench_workload, threads, references, echo, device)
+        _measure_reference(bench_workload, threads, references, echo, device, config.reference_passes)
     write_json(config.out / REFERENCES_FILE, references)
     return changes(old, references)
 
@@ -262,9 +265,10 @@ def reference_device(target: str | None) -> str:
     return device_type(fingerprint_for_target(target).tvm_target())
 
 
-def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: str) -> None:
+def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: str,
+                  max_passes: int) -> None:
     echo(f"measuring the fp32 peak ({device}, {threads} threads, matmul)")
-    references.update(fp32_peak(threads, device=device), threads=threads)
+    references.update(fp32_peak(threads, device=device, max_passes=max_passes), threads=threads)
     if device != "cpu":
         references["device"] = device
     if line := warning("the fp32 peak", references["fp32_peak"]):
@@ -272,8 +276,8 @@ def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str]
 
 
 def _measure_reference(bench_workload: BenchWorkload, threads: int, references: dict[str, Any],
-                       echo: Callable[[str], None], device: str) -> None:
-    entry = torch_reference(bench_workload.workload, threads, device=device)
+                       echo: Callable[[str], None], device: str, max_passes: int) -> None:
+    entry = torch_reference(bench_workload.workload, threads, device=device, max_passes=max_passes)
     if line := warning(f"PyTorch eager on {bench_workload.name}", entry):
         echo(line)
     references.setdefault("torch", {})[bench_workload.name] = entry

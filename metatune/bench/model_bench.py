@@ -26,7 +26,7 @@ from typing import Any, Callable
 from metatune import MetatuneError
 from metatune.bench.harness import BenchProgress, check_strategies, file_name, read_result, split_strategy, write_json
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
-from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
+from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.model_tuner import check_strategy, tune_model
 from metatune.workload.model_source import ModelSource, Shape
@@ -47,7 +47,7 @@ def onnx_twin(imported: ImportedModel, folder: Path) -> ModelSource | None:
     return ModelSource.parse(str(path), model.source.input_shapes or [i.shape for i in model.inputs])
 
 
-def against_onnxruntime(library: Path, twin: ModelSource, threads: int) -> Comparison:
+def against_onnxruntime(library: Path, twin: ModelSource, threads: int, max_passes: int = MAX_PASSES) -> Comparison:
     """The exported library checked against onnxruntime on the ONNX twin, then timed against it."""
     compiled, _ = model_runtime.load_library(library)
     onnx_model = load_model(twin)
@@ -55,7 +55,7 @@ def against_onnxruntime(library: Path, twin: ModelSource, threads: int) -> Compa
     _, run_s = model_runtime.verify(compiled, onnx_model, inputs)  # raises WrongResultError
     spec = ReferenceSpec.model(twin, threads)
     repeat = model_runtime.repeats_for(run_s, spec.pass_s)
-    return compare(spec, lambda: compiled.latency_ms(inputs, repeat))
+    return compare(spec, lambda: compiled.latency_ms(inputs, repeat), max_passes=max_passes)
 
 
 def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
@@ -63,7 +63,8 @@ def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -
 
 
 def check_request(model: str, trials_totals: list[int], strategies: list[str],
-                  input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> ModelSource:
+                  input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None,
+                  reference_passes: int = MAX_PASSES) -> ModelSource:
     """The parsed model SPEC, or a one-line error for a bad request, before anything is written or measured."""
     largest = max(trials_totals)
     if any(n < 1 or n > largest for n in replay_at or []):
@@ -71,6 +72,7 @@ def check_request(model: str, trials_totals: list[int], strategies: list[str],
                             f"and the largest --trials-total ({largest}); at the largest, the finished model is timed "
                             "again (so that runs timed at different times can be compared in one)")
     check_strategies(strategies)
+    check_max_passes(reference_passes)
     for spec in strategies:
         check_strategy(split_strategy(spec)[0])
     return ModelSource.parse(model, input_shapes or [])
@@ -79,10 +81,13 @@ def check_request(model: str, trials_totals: list[int], strategies: list[str],
 def run_model_bench(model: str, trials_totals: list[int], strategies: list[str], repeats: int, out: Path,
                     checkpoint: str = "auto", runner: str = "local", trials_per_iter: int = 16,
                     progress: BenchProgress | None = None, target: str | None = None,
-                    input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None) -> None:
+                    input_shapes: list[Shape] | None = None, replay_at: list[int] | None = None,
+                    reference_passes: int = MAX_PASSES) -> None:
     """Each (strategy, repeat) tunes the model to each of `trials_totals` in turn; finished runs
-    are skipped. Then each run is replayed at each of `replay_at` (up to its largest total)."""
-    imported = import_model(check_request(model, trials_totals, strategies, input_shapes, replay_at))
+    are skipped. Then each run is replayed at each of `replay_at` (up to its largest total). Every
+    timing against a reference takes at most `reference_passes` pass pairs."""
+    imported = import_model(check_request(model, trials_totals, strategies, input_shapes, replay_at,
+                                          reference_passes))
     totals, replays = sorted(set(trials_totals)), sorted(set(replay_at or []))
     name = imported.name
     twin = onnx_twin(imported, out / "model" / name)
@@ -106,10 +111,10 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
             library = run_dir / f"{name}-t{trials}.so"
             tuned = tune_model(imported, trials, tuner, run_dir, checkpoint=run_checkpoint, runner=runner,
                                trials_per_iter=trials_per_iter, seed=repeat, report=report, target=target,
-                               export=library)
+                               export=library, reference_passes=reference_passes)
             result = tuned.to_json()
             if twin is not None:
-                result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads).to_json()
+                result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads, reference_passes).to_json()
             result["strategy"], result["repeat"], result["trials_total"] = strategy, repeat, trials
             write_json(path, result)
             progress.set(base + trials, f"{name} [{strategy}] {trials} trials: {result['model_ms']} ms")
@@ -118,7 +123,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
             if not path.exists():
                 progress.set(base + totals[-1], f"{name} [{strategy}] compiling and timing its first {trials} trials")
                 result = replay(imported, tuner, repeat, trials, run_dir, totals[-1], twin, run_checkpoint, runner,
-                                target)
+                                target, reference_passes)
                 result["strategy"] = strategy
                 write_json(path, result)
 
@@ -128,7 +133,8 @@ def replay_path(out: Path, name: str, strategy: str, repeat: int, trials: int, o
 
 
 def replay(imported: ImportedModel, strategy: str, repeat: int, trials: int, run_dir: Path, of: int,
-           twin: ModelSource | None, checkpoint: str, runner: str, target: str | None) -> dict[str, Any]:
+           twin: ModelSource | None, checkpoint: str, runner: str, target: str | None,
+           reference_passes: int = MAX_PASSES) -> dict[str, Any]:
     """The model as the first `trials` of the `of` trials in `run_dir` left it: the database cut to
     those records, compiled (tuning nothing more), checked and timed against its references."""
     records = [line for line in (run_dir / RECORD_FILE).read_text().splitlines() if line.strip()]
@@ -140,10 +146,10 @@ def replay(imported: ImportedModel, strategy: str, repeat: int, trials: int, run
     (replay_dir / RECORD_FILE).write_text("\n".join(records[:trials]) + "\n")
     library = replay_dir / f"{imported.name}-t{trials}.so"
     tuned = tune_model(imported, trials, strategy, replay_dir, checkpoint=checkpoint, runner=runner, seed=repeat,
-                       target=target, export=library)
+                       target=target, export=library, reference_passes=reference_passes)
     result = tuned.to_json()
     if twin is not None:
-        result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads).to_json()
+        result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads, reference_passes).to_json()
     result["repeat"], result["trials_total"], result["replay_of"] = repeat, trials, of
     return result
 

@@ -16,17 +16,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from metatune.measure.reference_timing import ONEDNN_LIBRARY, PASS_S, TORCH_LIBRARY, ReferenceSpec, compare
+from metatune.measure.reference_timing import (
+    MAX_PASSES,
+    ONEDNN_LIBRARY,
+    PASS_S,
+    TORCH_LIBRARY,
+    ReferenceSpec,
+    compare,
+)
 from metatune.workload.operators import Workload
 
 PEAK_MATMUL_SIZE = 4096
 PEAK_PASS_S = 1.0  # a 4096³ matmul takes about half a second on two cores
 
 
-def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S, device: str = "cpu") -> dict[str, Any]:
+def torch_reference(workload: Workload, threads: int, pass_s: float = PASS_S, device: str = "cpu",
+                    max_passes: int = MAX_PASSES) -> dict[str, Any]:
     """PyTorch eager on the workload (on `device`: cpu, or cuda for cuDNN/cuBLAS), checked against
     NumPy: its references.json entry."""
-    timing = compare(ReferenceSpec.operator(workload, threads, pass_s, device), None)
+    timing = compare(ReferenceSpec.operator(workload, threads, pass_s, device), None, max_passes=max_passes)
     assert timing.flops is not None
     estimate = timing.reference.estimate
     median_s = timing.reference.median_ms / 1e3
@@ -44,12 +52,14 @@ def peak_libraries(device: str) -> tuple[str, ...]:
     return (TORCH_LIBRARY, ONEDNN_LIBRARY) if device == "cpu" else (TORCH_LIBRARY,)
 
 
-def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE, device: str = "cpu") -> dict[str, Any]:
+def fp32_peak(threads: int, size: int = PEAK_MATMUL_SIZE, device: str = "cpu",
+              max_passes: int = MAX_PASSES) -> dict[str, Any]:
     """Measured fp32 throughput of a size³ matmul (what this machine, or its GPU, sustains in
     practice), the fastest library's: `fp32_peak_gflops` (its median pass) and `fp32_peak`
     (its passes, spread, stability, and every library's median GFLOPS)."""
     flops = 2.0 * size**3
-    timings = {library: compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S, device, library=library), None)
+    timings = {library: compare(ReferenceSpec("matmul", str(size), threads, PEAK_PASS_S, device, library=library), None,
+                                max_passes=max_passes)
                for library in peak_libraries(device)}
     library, timing = min(timings.items(), key=lambda item: item[1].reference.median_ms)
     passes = [round(flops / ms / 1e6, 1) for ms in timing.reference.passes_ms]

@@ -9,7 +9,15 @@ from typing import Any, Iterator, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, parse_ints, parse_list, stop_cleanly
+from metatune.cli.common import (
+    REFERENCE_PASSES,
+    REFERENCE_PASSES_HELP,
+    RUNNER_HELP,
+    TARGET_HELP,
+    parse_ints,
+    parse_list,
+    stop_cleanly,
+)
 
 app = typer.Typer()
 
@@ -66,6 +74,8 @@ def bench(
                                             "rounds, into retimed.json, and rebuild the table with them: strategies "
                                             "tuned minutes apart compared free of the host's drift."),
     rounds: int = typer.Option(3, min=1, help="With --retime: rounds of timing per kernel (median taken)."),
+    reference_passes: int = typer.Option(REFERENCE_PASSES, help=REFERENCE_PASSES_HELP + " Also the most passes of each "
+                                                  "PyTorch-eager and fp32-peak reference of a suite."),
 ) -> None:
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     if replay_at is not None and model is None:
@@ -77,24 +87,27 @@ def bench(
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
                                     repeats, out, checkpoint, runner, trials_per_iter, report_only, target,
-                                    input_shape or [], parse_ints(replay_at, "--replay-at", "300") if replay_at else [])
+                                    input_shape or [], parse_ints(replay_at, "--replay-at", "300") if replay_at else [],
+                                    reference_passes)
         elif references_only:
-            run_references_command(suite, budgets, strategies, out, target)
+            run_references_command(suite, budgets, strategies, out, target, reference_passes)
         elif retime:
             run_retime_command(suite, budgets, strategies, repeats, out, rounds, target)
         else:
             run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter,
-                              references, report_only, target)
+                              references, report_only, target, reference_passes)
 
 
-def run_references_command(suite: str, budgets: str, strategies: str, out: Path, target: str | None = None) -> None:
+def run_references_command(suite: str, budgets: str, strategies: str, out: Path, target: str | None = None,
+                           reference_passes: int = REFERENCE_PASSES) -> None:
     """`--references-only`: the suite's references measured again with the fresh-process routine, the change
     tabulated, and the bench table (if any runs exist) rebuilt against them."""
     from metatune.bench.harness import BenchConfig, remeasure_references
     from metatune.bench.report import write_report
 
     config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
-                         strategies=parse_list(strategies, "--strategies"), out=out, target=target)
+                         strategies=parse_list(strategies, "--strategies"), out=out, target=target,
+                         reference_passes=reference_passes)
     typer.echo(remeasure_references(config, echo=lambda m: typer.echo(m, err=True)))
     if (out / "runs").exists():
         typer.echo(write_report(out, config.budgets))
@@ -116,7 +129,7 @@ def run_retime_command(suite: str, budgets: str, strategies: str, repeats: int, 
 def run_model_bench_command(model: str, trials_totals: list[int], strategies: str, repeats: int, out: Path,
                             checkpoint: str, runner: str, trials_per_iter: int, report_only: bool,
                             target: str | None = None, input_shape: list[str] | None = None,
-                            replay_at: list[int] | None = None) -> None:
+                            replay_at: list[int] | None = None, reference_passes: int = REFERENCE_PASSES) -> None:
     """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
     PyTorch eager and onnxruntime."""
     from metatune.bench.model_bench import check_request, model_table, run_model_bench
@@ -125,10 +138,11 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
     names = parse_list(strategies, "--strategies")
     shapes = [parse_shape(text) for text in input_shape or []]
     if not report_only:
-        check_request(model, trials_totals, names, shapes, replay_at)  # before the console writes its log into out
+        # checked before the console writes its log into out
+        check_request(model, trials_totals, names, shapes, replay_at, reference_passes)
         with bench_console(out, f"bench {model}", len(names) * repeats * max(trials_totals)) as progress:
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
-                            target, shapes, replay_at)
+                            target, shapes, replay_at, reference_passes)
     table = model_table(out)
     if not table:
         raise MetatuneError(f"{out} holds no model bench results yet")
@@ -138,7 +152,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
 
 def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
                       runner: str, trials_per_iter: int, references: bool, report_only: bool,
-                      target: str | None = None) -> None:
+                      target: str | None = None, reference_passes: int = REFERENCE_PASSES) -> None:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
     results are readable and a re-run resumes."""
     from metatune.bench.failures import FAILURES_FILE, RunFailure
@@ -148,7 +162,8 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
                          strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
-                         trials_per_iter=trials_per_iter, references=references, target=target)
+                         trials_per_iter=trials_per_iter, references=references, target=target,
+                         reference_passes=reference_passes)
     failed: list[RunFailure] = []
     if not report_only:
         from metatune.bench.suites import load_suite

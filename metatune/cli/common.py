@@ -26,6 +26,14 @@ TARGET_HELP = (
 )
 
 
+REFERENCE_PASSES = 30  # reference_timing.MAX_PASSES, not imported from there: that module loads TVM and torch
+REFERENCE_PASSES_HELP = (
+    f"At most this many pass pairs per timing against a reference library (default {REFERENCE_PASSES}, "
+    "at least 9): passes go on while the speed-up's 95% interval is wider than ±10%; fewer end a noisy "
+    "(sub-millisecond) comparison sooner, and one still wider is marked unstable."
+)
+
+
 def echo_json(data: object) -> None:
     """Print `data` as indented JSON, for `--json` flags that print instead of writing a file."""
     typer.echo(json.dumps(data, indent=2))
@@ -42,7 +50,11 @@ def check_json_out(path: Path | None) -> None:
 
 
 def write_json(data: object, path: Path) -> None:
-    """Write `data` as indented JSON, for `--json FILE` options (atomically: a crash leaves the old file)."""
+    """Write `data` as indented JSON, for `--json FILE` options (atomically: a crash leaves the old
+    file); FILE `-` prints it."""
+    if str(path) == "-":
+        echo_json(data)
+        return
     write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 

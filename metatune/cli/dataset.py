@@ -101,7 +101,8 @@ def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory
     if read_card(directory) is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json)")
     encoder = GraphEncoder(dataset_template(directory))
-    encoded = load_encoded(directory, encoder)
+    with stop_cleanly():  # each workload's programs are cached once encoded
+        encoded = load_encoded(directory, encoder)
     programs = sum(len(e) for e in encoded)
     typer.echo(f"{len(encoded)} complete workloads, {programs} programs encoded with template {encoder.version} "
                f"in {directory / 'cache' / encoder.version}")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import parse_floats, parse_ints, parse_list
+from metatune.cli.common import parse_floats, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
 
@@ -24,7 +24,8 @@ def train(
     """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
     from metatune.learn.train import run_train
 
-    run_train(data, config, out, echo=typer.echo, workers=workers)
+    with stop_cleanly(resumes=False):  # the encoded programs are kept; training starts over
+        run_train(data, config, out, echo=typer.echo, workers=workers)
 
 
 @app.command()
@@ -69,14 +70,17 @@ def evaluate(
             raise MetatuneError("--config applies to --run only")
         from metatune.learn.transfer_study import METHODS, STUDY_KS, run_study, study_config
 
-        run_study(transfer, data, study_config(support_sizes or STUDY_KS, repeats or 3, method_names or METHODS),
-                  native=native, adapted=adapted, source_data=source_data, out=out, zoo_root=zoo, echo=typer.echo)
+        with stop_cleanly(resumes=False):
+            run_study(transfer, data, study_config(support_sizes or STUDY_KS, repeats or 3, method_names or METHODS),
+                      native=native, adapted=adapted, source_data=source_data, out=out, zoo_root=zoo,
+                      echo=typer.echo)
         return
     if any(v is not None for v in (native, adapted, source_data, out, repeats, zoo)):
         raise MetatuneError("--native, --adapted, --source-data, --out, --repeats and --zoo apply to --transfer only")
     from metatune.learn.train import run_evaluate
 
-    run_evaluate(data, run, config, echo=typer.echo, ks=support_sizes, methods=method_names)
+    with stop_cleanly(resumes=False):
+        run_evaluate(data, run, config, echo=typer.echo, ks=support_sizes, methods=method_names)
 
 
 @app.command("learning-curve")
@@ -106,8 +110,9 @@ def learning_curve(
     from metatune.learn.learning_curve import run_learning_curve
     from metatune.learn.named_checkpoint import open_checkpoint
 
-    run_learning_curve(data, config, parse_floats(fractions, "--fractions", "0.25,0.5,1"),
-                       parse_ints(records, "--records", "50,100"),
-                       parse_ints(seeds, "--seeds", "0,1"), out, echo=typer.echo,
-                       source=open_checkpoint(source, zoo) if source else None,
-                       native=open_checkpoint(native, zoo) if native else None, cross=cross)
+    points = (parse_floats(fractions, "--fractions", "0.25,0.5,1"), parse_ints(records, "--records", "50,100"),
+              parse_ints(seeds, "--seeds", "0,1"))
+    with stop_cleanly(resumes=False):
+        run_learning_curve(data, config, *points, out, echo=typer.echo,
+                           source=open_checkpoint(source, zoo) if source else None,
+                           native=open_checkpoint(native, zoo) if native else None, cross=cross)

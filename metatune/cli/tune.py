@@ -11,7 +11,15 @@ from typing import Callable, Iterator, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_json_out, stop_cleanly, write_json
+from metatune.cli.common import (
+    REFERENCE_PASSES,
+    REFERENCE_PASSES_HELP,
+    RUNNER_HELP,
+    TARGET_HELP,
+    check_json_out,
+    stop_cleanly,
+    write_json,
+)
 
 app = typer.Typer()
 
@@ -57,16 +65,19 @@ def tune(
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     seed: int = typer.Option(0, help="Random seed."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
-                                            "for --model: per-task results, model and PyTorch latency)."),
+                                            "for --model: per-task results, model and PyTorch latency) to this "
+                                            "file ('-': print it)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print MetaSchedule's logs (its task table after "
                                  "every batch) and Python warnings on the console; by default they go only to "
                                  "DB/logs."),
+    reference_passes: Optional[int] = typer.Option(None, help="With --model. " + REFERENCE_PASSES_HELP),
 ) -> None:
     """Tune one operator (checked against NumPy) or a whole model (checked and timed against its
     source: PyTorch eager, or onnxruntime for an ONNX file)."""
     with stop_cleanly():
         run_tune(workload, model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
-                 target=target, verbose=verbose, input_shape=input_shape or [], export=export)
+                 target=target, verbose=verbose, input_shape=input_shape or [], export=export,
+                 reference_passes=reference_passes)
 
 
 def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
@@ -128,17 +139,17 @@ def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str 
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
              db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
              target: Optional[str] = None, verbose: bool = False, input_shape: list[str] | None = None,
-             export: Optional[Path] = None) -> None:
+             export: Optional[Path] = None, reference_passes: Optional[int] = None) -> None:
     """`--workload TEXT`: one operator, checked against NumPy; `--model SPEC` goes to `run_tune_model`."""
     if (workload_text is None) == (model is None):
         raise MetatuneError("give exactly one of --workload TEXT or --model SPEC")
-    if model is None and (input_shape or export is not None):
-        raise MetatuneError("--input-shape and --export go with --model")
+    if model is None and (input_shape or export is not None or reference_passes is not None):
+        raise MetatuneError("--input-shape, --export and --reference-passes go with --model")
     check_options(trials, db, checkpoint, runner, target)
     check_json_out(json_out)
     if model is not None:
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
-                       verbose, input_shape or [], export)
+                       verbose, input_shape or [], export, reference_passes)
         return
     from metatune.workload.operators import resolve_workload
 
@@ -165,14 +176,17 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
 def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
                    trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
                    verbose: bool = False, input_shape: list[str] | None = None,
-                   export: Optional[Path] = None) -> None:
+                   export: Optional[Path] = None, reference_passes: Optional[int] = None) -> None:
     """`--model SPEC`: every task of the network shares the `--trials` budget."""
+    from metatune.measure.reference_timing import check_max_passes
     from metatune.tune.model_tuner import check_request, tune_model
     from metatune.workload.model_source import parse_shape
     from metatune.workload.relax_tasks import import_model
 
     shapes = [parse_shape(text) for text in input_shape or []]
     source = check_request(model, shapes, strategy)
+    passes = REFERENCE_PASSES if reference_passes is None else reference_passes
+    check_max_passes(passes)
     if export is not None and not export.parent.is_dir():
         raise MetatuneError(f"--export {export}: no such folder {export.parent}")
     if export is not None and export.suffix != ".so":
@@ -189,7 +203,8 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
             warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)
         result = tune_model(imported, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
                             trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
-                            report=lambda done, total, status: show(done, status), export=export)
+                            report=lambda done, total, status: show(done, status), export=export,
+                            reference_passes=passes)
         show(result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

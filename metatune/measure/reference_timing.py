@@ -247,6 +247,13 @@ def wait_until_idle(timeout_s: float = IDLE_TIMEOUT_S) -> bool:
             return False
 
 
+def check_max_passes(max_passes: int) -> None:
+    """A user's cap on the passes (`--reference-passes`): not below the `PASSES` every timing takes."""
+    if max_passes < PASSES:
+        raise MetatuneError(f"--reference-passes {max_passes}: at least {PASSES}, the fewest passes whose median's "
+                            f"{CONFIDENCE:.0%} interval leaves out the slowest and the fastest")
+
+
 def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: int = PASSES,
             max_passes: int = MAX_PASSES) -> Comparison:
     """Time the reference in a fresh process, alternating with `tvm_pass` (one TVM pass, returning

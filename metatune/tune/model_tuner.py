@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from metatune import MetatuneError
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
-from metatune.measure.reference_timing import Comparison, ReferenceSpec, compare
+from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
@@ -182,7 +182,7 @@ def _plan(strategy: str, setup: Any, tasks: list["ExtractedTask"], uncovered: di
 
 
 def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, threads: int,
-                         export: Path | None) -> tuple[float, float, Comparison]:
+                         export: Path | None, max_passes: int) -> tuple[float, float, Comparison]:
     """(compile seconds, max relative error against the source network, the timing of TVM against
     the source library); the compiled model is written to `export` when given."""
     from tvm.s_tir import meta_schedule as ms
@@ -199,7 +199,7 @@ def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, thr
         model_runtime.export_library(executable, imported.model.inputs, export, about)
     spec = ReferenceSpec.model(imported.model.source, threads)
     repeat = model_runtime.repeats_for(run_s, spec.pass_s)
-    return compile_s, error, compare(spec, lambda: compiled.latency_ms(inputs, repeat))
+    return compile_s, error, compare(spec, lambda: compiled.latency_ms(inputs, repeat), max_passes=max_passes)
 
 
 @exclusive_database
@@ -207,16 +207,17 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
                runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
                report: Callable[[int, int, str], None] | None = None, target: str | None = None,
                verbose: bool = False, input_shapes: list[Shape] | None = None,
-               export: Path | None = None) -> ModelTuneResult:
+               export: Path | None = None, reference_passes: int = MAX_PASSES) -> ModelTuneResult:
     """Tune all tasks of the network `model` (a --model SPEC with its `input_shapes`, or the network
     already imported) until the database holds `trials` trials of them in total, then compile it
     with the best schedules, check it against the source network, write it to `export` (a shared
-    library) when given, and time it against the source library. MetaSchedule's logs go to
-    `<db_dir>/logs`, and to the console too when `verbose`."""
+    library) when given, and time it against the source library (in at most `reference_passes`
+    pass pairs). MetaSchedule's logs go to `<db_dir>/logs`, and to the console too when `verbose`."""
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
     check_strategy(strategy)
+    check_max_passes(reference_passes)
     imported = model if isinstance(model, ImportedModel) else import_model(ModelSource.parse(model, input_shapes or []))
     source = imported.model.source
     setup = prepare(strategy, trials, checkpoint, runner, target=target)
@@ -268,7 +269,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
     threads = setup.measurer.settings.num_threads
-    compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export)
+    compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export,
+                                                        reference_passes)
     if comparison.unstable:
         notes.append(comparison.summary())
     assert comparison.tvm is not None

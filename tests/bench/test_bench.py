@@ -19,7 +19,7 @@ from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite, suite_names
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import RECORD_FILE, REPO_ROOT
-from metatune.measure.reference_timing import MAX_PASSES, PASSES
+from metatune.measure.reference_timing import PASSES
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 STRATEGIES = ["metatune", "xgb", "xgb-transfer", "random"]
@@ -47,7 +47,7 @@ def small_dataset(tmp_path_factory) -> Path:
 def quick_bench(tmp_path_factory, small_dataset) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("bench")
     args = ("bench", "--suite", "quick", "--budgets", "2,4", "--trials-per-iter", "4",
-            "--strategies", ",".join(STRATEGIES), "--out", str(out))
+            "--strategies", ",".join(STRATEGIES), "--out", str(out), "--reference-passes", str(PASSES))
     return out, run_cli(*args, env={"METATUNE_DATASET": str(small_dataset)})
 
 
@@ -81,11 +81,11 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
     assert set(references["torch"]) == {b.name for b in load_suite("quick")}
     assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 and r["spread"] >= 0
                for r in references["torch"].values())
-    # every pass is kept, and whether they disagreed
-    assert all(PASSES <= len(r["passes_us"]) <= MAX_PASSES and r["unstable"] == bool(r["reasons"])
+    # every pass is kept (no more than --reference-passes), and whether they disagreed
+    assert all(len(r["passes_us"]) == PASSES and r["unstable"] == bool(r["reasons"])
                for r in references["torch"].values())
     assert all(r["interval_us"][0] <= r["latency_us"] <= r["interval_us"][1] for r in references["torch"].values())
-    assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= MAX_PASSES
+    assert len(references["fp32_peak"]["passes_gflops"]) == PASSES
     # the peak is the fastest GEMM library's, and says which
     peak = references["fp32_peak"]
     assert set(peak["libraries_gflops"]) == {"PyTorch eager", "oneDNN"}
@@ -233,6 +233,7 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     (("--strategies", "metatune,magic"), "unknown strategy magic"),
     (("--runner", "rpc://127.0.0.1:9190/cpu"), "pass --no-references with an RPC runner"),
     (("--runner", "rpc://127.0.0.1:9190/cpu", "--retime"), "--retime times on this machine; it takes no --runner"),
+    (("--reference-passes", "8"), "--reference-passes 8: at least 9"),
 ])
 def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     proc = run_cli("bench", *args, "--out", str(tmp_path / "b"))
@@ -276,7 +277,7 @@ def test_config_sorts_and_checks_budgets():
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     out = tmp_path / "model-bench"
     proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2,8", "--strategies",
-                   "random", "--out", str(out))
+                   "random", "--out", str(out), "--reference-passes", str(PASSES))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = (json.loads((out / "model" / "tinycnn" / f"random-r0-t{t}.json").read_text()) for t in (4, 8))
     assert first["trials"] >= 4 and second["trials"] >= 8  # the second total resumed the first run's database
@@ -290,7 +291,8 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     for result in (first, second, replayed):
         assert result["verified"] and result["model_ms"] > 0 and result["reference_ms"] > 0
         ort = result["onnxruntime"]  # the tuned library timed against onnxruntime on the exported ONNX twin
-        assert ort["library"] == "onnxruntime" and ort["reference"]["median_ms"] > 0 and len(ort["ratios"]) >= 6
+        assert ort["library"] == "onnxruntime" and ort["reference"]["median_ms"] > 0
+        assert len(ort["ratios"]) == len(result["comparison"]["ratios"]) == PASSES  # --reference-passes
     assert (out / "model" / "tinycnn" / "tinycnn.onnx").exists()
     table = (out / "model_table.md").read_text()
     assert "| tinycnn | random | 4 |" in table and "| tinycnn | random | 8 |" in table
@@ -300,6 +302,7 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"), TAKES_A_CHECKPOINT),
     (("--strategies", "random", "--trials-total", "4", "--replay-at", "8"), "--replay-at 8: each must be between 1"),
+    (("--strategies", "random", "--reference-passes", "3"), "--reference-passes 3: at least 9"),
 ])
 def test_model_bench_rejects_a_bad_request_before_writing_anything(tmp_path, args, message):
     proc = run_cli("bench", "--model", "tinycnn", *args, "--out", str(tmp_path / "m"))
@@ -319,10 +322,11 @@ def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path)
     (out / "references.json").parent.mkdir()
     (out / "references.json").write_text(json.dumps({"fp32_peak_gflops": 1.0, "threads": 2,
                                                      "torch": {"tiny": {"gflops": 1.0, "latency_us": 524.288}}}))
-    table = remeasure_references(BenchConfig(str(suite), [2], ["random"], out=out), echo=lambda _: None)
+    config = BenchConfig(str(suite), [2], ["random"], out=out, reference_passes=PASSES + 1)
+    table = remeasure_references(config, echo=lambda _: None)
     references = json.loads((out / "references.json").read_text())
-    assert PASSES <= len(references["torch"]["tiny"]["passes_us"]) <= MAX_PASSES
-    assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= MAX_PASSES
+    assert PASSES <= len(references["torch"]["tiny"]["passes_us"]) <= PASSES + 1
+    assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= PASSES + 1
     assert "| fp32 peak GFLOPS | 1.0 |" in table and "| tiny PyTorch GFLOPS | 1.0 |" in table
 
 

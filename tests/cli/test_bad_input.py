@@ -273,6 +273,8 @@ CASES: list[tuple[str, Build, str]] = [
     ("model export into a missing folder", tune_model("{tmp}/fixed.onnx", "--export", "{tmp}/no/net.so"),
      "no such folder"),
     ("model bad input shape", tune_model("{tmp}/fixed.onnx", "--input-shape", "1,3,x"), "--input-shape"),
+    ("model timed in too few passes", tune_model("{tmp}/fixed.onnx", "--reference-passes", "5"),
+     "--reference-passes 5: at least 9"),
     ("run a library that is missing", lambda tmp: (["run", str(tmp / "none.so")], {}), "no such file"),
     ("measure into a missing folder", lambda tmp: (["measure", "dense:m=16,n=16,k=16", "--random", "2", "--json",
                                                     str(tmp / "no" / "out.json")], {}), "no such folder"),

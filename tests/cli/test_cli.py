@@ -81,3 +81,24 @@ def test_a_warning_is_shown_once_per_process():
         show_warning(UserWarning(message), UserWarning, "tuner.py", 1, file=out)
     assert out.getvalue().splitlines() == ["warning: no zoo checkpoint for device A (once)",
                                            "warning: another warning (once)"]
+
+
+def test_reference_passes_default_is_the_timing_routines():
+    """The CLI states the default without importing the timing module (it loads TVM and torch)."""
+    from metatune.cli.common import REFERENCE_PASSES, REFERENCE_PASSES_HELP
+    from metatune.measure.reference_timing import MAX_PASSES, PASSES
+
+    assert REFERENCE_PASSES == MAX_PASSES and f"at least {PASSES}" in REFERENCE_PASSES_HELP
+
+
+def test_json_dash_prints_and_a_file_is_replaced_whole(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from metatune.cli.common import write_json
+
+    monkeypatch.chdir(tmp_path)
+    write_json({"best": 1.5}, Path("-"))
+    assert json.loads(capsys.readouterr().out) == {"best": 1.5} and not (tmp_path / "-").exists()
+    write_json({"best": 2.5}, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text()) == {"best": 2.5} and [p.name for p in tmp_path.iterdir()] \
+        == ["r.json"]  # no temporary file left beside it

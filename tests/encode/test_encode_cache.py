@@ -42,3 +42,20 @@ def test_workers_encode_what_one_process_encodes(tmp_path):
     again = load_encoded(two, encoder, workers=2)
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     assert all(torch.equal(a.features, b.features) for a, b in zip(alone, again))
+
+
+def test_a_stop_ends_dataset_encode_and_its_workers_at_once(tmp_path):
+    """SIGTERM to the main process alone (a service manager's): the workers do not finish every queued
+    workload first, the command says how to go on, and what was encoded stays cached."""
+    import signal
+
+    from tests.processes import group_members, start, stop, wait_until
+
+    data = small_dataset(tmp_path / "data", workloads=12)
+    proc = start("dataset", "encode", str(data))
+    wait_until(lambda: len(group_members(proc.pid)) >= 3, proc, timeout_s=120)  # both encoding workers started
+    stopped = stop(proc, signal.SIGTERM, group=False)
+    assert stopped.returncode == 130 and stopped.seconds < 20, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "to resume, run the same command again" in stopped.stderr
+    assert group_members(proc.pid) == [], "a worker outlived the command"
+    assert len(list((data / "cache").rglob("*.safetensors"))) < 12

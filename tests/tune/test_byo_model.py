@@ -160,7 +160,8 @@ def test_onnx_model_tunes_exports_and_runs_in_a_fresh_process(tmp_path: Path) ->
     onnx_file = small_cnn(tmp_path / "net.onnx")
     library = tmp_path / "net.so"
     res = metatune("tune", "--model", str(onnx_file), "--strategy", "random", "--trials", "8", "--db",
-                   str(tmp_path / "db"), "--json", str(tmp_path / "r.json"), "--export", str(library), cwd=tmp_path)
+                   str(tmp_path / "db"), "--json", str(tmp_path / "r.json"), "--export", str(library),
+                   "--reference-passes", "9", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["verified"] and result["max_rel_error"] < 1e-4 and result["reference"] == "onnxruntime"

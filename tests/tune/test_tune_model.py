@@ -229,10 +229,11 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert result["fallback_tasks"] == [] and all(t["uncovered"] is None for t in tasks.values())
     assert "TVM" in res.stdout and "PyTorch" in res.stdout
 
-    again = tune(*args)  # the database already holds 8 trials: nothing is measured again
+    again = tune(*args, "--reference-passes", str(PASSES))  # the database holds 8 trials: nothing is measured again
     assert again.returncode == 0, again.stderr
     resumed = json.loads(out.read_text())
     assert resumed["trials"] == 8 and resumed["tune_s"] == 0.0 and resumed["verified"]
+    assert len(resumed["comparison"]["ratios"]) == PASSES
 
 
 @needs_zoo
@@ -274,7 +275,8 @@ def test_tinycnn_with_metatune_tunes_every_task_with_its_model(tmp_path):
     """The metatune strategy end to end: every task of tinycnn is tuned by metatune's model
     (routing to XGBModel is covered by test_tasks_metatune_cannot_encode_go_to_xgb)."""
     out = tmp_path / "r.json"
-    res = tune("--model", "tinycnn", "--trials", "16", "--db", str(tmp_path / "db"), "--json", str(out))
+    res = tune("--model", "tinycnn", "--trials", "16", "--db", str(tmp_path / "db"), "--json", str(out),
+               "--reference-passes", str(PASSES))
     assert res.returncode == 0, res.stderr
     result = json.loads(out.read_text())
     assert result["strategy"] == "metatune" and result["trials"] == 16 and result["verified"]
