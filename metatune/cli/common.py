@@ -39,10 +39,13 @@ def echo_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
-def check_json_out(path: Path | None) -> None:
-    """Refuse a `--json FILE` that could not be written before the work starts, not after it."""
-    if path is None or str(path) == "-":
+def check_json_out(path: Path | None, dash_prints: bool = False) -> None:
+    """Refuse a `--json FILE` that could not be written before the work starts, not after it.
+    `dash_prints`: the command prints the JSON alone for `-` (others print a summary too)."""
+    if path is None or (dash_prints and str(path) == "-"):
         return
+    if str(path) == "-":
+        raise MetatuneError("--json -: this command prints a summary on stdout; give a file name")
     if path.is_dir():
         raise MetatuneError(f"--json {path}: is a folder; give a file name")
     if not path.parent.is_dir():
@@ -50,12 +53,13 @@ def check_json_out(path: Path | None) -> None:
 
 
 def write_json(data: object, path: Path) -> None:
-    """Write `data` as indented JSON, for `--json FILE` options (atomically: a crash leaves the old
-    file); FILE `-` prints it."""
-    if str(path) == "-":
-        echo_json(data)
-        return
-    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+    """Write `data` as indented JSON, for `--json FILE` options: atomically (a crash leaves the old
+    file), or straight into a FILE that is no regular file (/dev/stdout, a shell's pipe)."""
+    text = json.dumps(data, indent=2) + "\n"
+    if path.exists() and not path.is_file():
+        path.write_text(text)
+    else:
+        write_atomic(path, text.encode())
 
 
 @contextmanager
@@ -73,16 +77,17 @@ INTERRUPTED_EXIT = 130  # the shell's status for a command ended by Ctrl-C (128 
 
 
 @contextmanager
-def stop_cleanly(resumes: bool = True) -> Iterator[None]:
+def stop_cleanly(resumes: bool = True, kept: str = "") -> Iterator[None]:
     """Ctrl-C or SIGTERM stops the command at a batch boundary (metatune/env/interrupt.py) with its
     files consistent and its worker processes ended; then say how to go on and exit with status 130.
-    `resumes`: whether running the same command again continues the work (else it starts over)."""
+    `resumes`: whether running the same command again continues the work (else it starts over, with
+    `kept`, if given, reused)."""
     try:
         with stop_on_signals():
             yield
     except Interrupted as stop:
         command = shlex.join(["metatune", *sys.argv[1:]])
-        then = "resume" if resumes else "start over (nothing was saved)"
+        then = "resume" if resumes else f"start over ({kept} kept)" if kept else "start over (nothing was saved)"
         typer.echo(f"interrupted ({stop}); to {then}, run the same command again: {command}", err=True)
         sys.exit(INTERRUPTED_EXIT)
 

@@ -19,8 +19,7 @@ def encode(
     random: int = typer.Option(8, "--random", min=1, help="How many distinct random configurations to encode."),
     seed: int = typer.Option(0, help="Seed for sampling configurations."),
     show: bool = typer.Option(False, "--show", help="Print each graph: slots with roles and loop features."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file "
-                                            "('-': print them)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP + " Any target works: nothing is run."),
 ) -> None:
     """Encode random schedules of one workload as super-graph program graphs."""

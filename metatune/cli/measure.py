@@ -21,8 +21,7 @@ def measure(
     seed: int = typer.Option(0, help="Seed for sampling configurations."),
     batch: int = typer.Option(32, min=1, help="Candidates per builder call (each call pays a worker start-up)."),
     verify: bool = typer.Option(True, help="Check each timed build against the NumPy reference (after the batch is timed, so the check never runs beside the timing)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file "
-                                            "('-': print them)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
 ) -> None:

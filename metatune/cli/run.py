@@ -32,7 +32,7 @@ def run_library(
     from metatune.tune.model_runtime import load_library
     from metatune.workload.model_source import InputSpec, parse_shape
 
-    check_json_out(json_out)
+    check_json_out(json_out, dash_prints=True)
     threads = use_threads(usable_cores())  # before TVM's runtime starts its thread pool
     compiled, inputs = load_library(library)
     if input_shape:

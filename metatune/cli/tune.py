@@ -66,7 +66,7 @@ def tune(
     seed: int = typer.Option(0, help="Random seed."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
                                             "for --model: per-task results, model and PyTorch latency) to this "
-                                            "file ('-': print it)."),
+                                            "file."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print MetaSchedule's logs (its task table after "
                                  "every batch) and Python warnings on the console; by default they go only to "
                                  "DB/logs."),

@@ -29,6 +29,7 @@ import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from types import FrameType
 
 import psutil
@@ -91,8 +92,11 @@ def uninterrupted() -> Iterator[None]:
 
 
 def end_child_processes(timeout_s: float = 5.0) -> None:
-    """Kill every process this one started, and wait for them (TVM's build and run workers)."""
-    children = psutil.Process().children(recursive=True)
+    """Kill every process this one started, and wait for them (TVM's build and run workers, worker
+    pools'), except Python's multiprocessing resource tracker: it ends by itself with this process,
+    and one killed now would be relaunched to print a traceback per semaphore released later."""
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    children = [child for child in psutil.Process().children(recursive=True) if child.pid != tracker]
     for child in children:
         try:
             child.kill()

@@ -44,13 +44,17 @@ class WorkerPool(ProcessPoolExecutor):
         return False
 
     def terminate(self) -> None:
-        """Drop the queued jobs and kill the workers, running jobs and all."""
+        """Drop the queued jobs and kill the workers, running jobs and all; return once the executor's
+        thread has let go of its queues (their semaphores are released before anything else runs)."""
         workers = list((self._processes or {}).values())
+        manager = self._executor_manager_thread
         self.shutdown(wait=False, cancel_futures=True)
         for worker in workers:
             worker.kill()
         for worker in workers:
             worker.join(timeout=10)
+        if manager is not None:
+            manager.join(timeout=10)
 
 
 def process_pool(workers: int, initializer: Callable[..., Any] | None = None,

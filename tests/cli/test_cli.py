@@ -91,14 +91,25 @@ def test_reference_passes_default_is_the_timing_routines():
     assert REFERENCE_PASSES == MAX_PASSES and f"at least {PASSES}" in REFERENCE_PASSES_HELP
 
 
-def test_json_dash_prints_and_a_file_is_replaced_whole(tmp_path, monkeypatch, capsys):
+def test_json_goes_to_a_file_whole_or_straight_into_a_pipe(tmp_path):
+    import os
+    import threading
     from pathlib import Path
 
-    from metatune.cli.common import write_json
+    from metatune import MetatuneError
+    from metatune.cli.common import check_json_out, write_json
 
-    monkeypatch.chdir(tmp_path)
-    write_json({"best": 1.5}, Path("-"))
-    assert json.loads(capsys.readouterr().out) == {"best": 1.5} and not (tmp_path / "-").exists()
     write_json({"best": 2.5}, tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text()) == {"best": 2.5} and [p.name for p in tmp_path.iterdir()] \
         == ["r.json"]  # no temporary file left beside it
+    pipe = tmp_path / "pipe"  # what `--json >(jq .)` hands over: no folder to put a temporary file in
+    os.mkfifo(pipe)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_text()))
+    reader.start()
+    write_json({"best": 3.5}, pipe)
+    reader.join(timeout=10)
+    assert json.loads(read[0]) == {"best": 3.5}
+    check_json_out(Path("-"), dash_prints=True)
+    with pytest.raises(MetatuneError, match="give a file name"):
+        check_json_out(Path("-"))
