@@ -26,6 +26,7 @@ from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder, dataset_template
 from metatune.encode.supergraph import Template
+from metatune.fileio import write_atomic
 from metatune.learn.adapt import AdaptConfig
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.config import TrainConfig, load_config
@@ -149,7 +150,7 @@ def _report(points: list[CurvePoint], echo: Callable[[str], None], out: Path | N
          f"{point.heldout_pairwise:.3f} ({point.seconds:.0f} s)")
     if out is not None:  # written after every point: a long study loses nothing on a crash
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps([asdict(p) for p in points], indent=1) + "\n")
+        write_atomic(out, (json.dumps([asdict(p) for p in points], indent=1) + "\n").encode())
 
 
 def format_curve(points: Sequence[CurvePoint]) -> str:

@@ -36,7 +36,7 @@ from metatune.encode.graphs import (
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import DeviceFingerprint
 from metatune.env.processes import process_pool, worker_count
-from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE
+from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE, write_atomic
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.config import EVAL_METHODS, TrainConfig, load_config, with_evaluation
 from metatune.learn.evaluate import (
@@ -367,7 +367,7 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: 
         echo(format_table(result))
         return result
     card["metrics"], card["metrics_per_workload"] = result.metrics, result.per_workload
-    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    write_atomic(card_path, (json.dumps(card, indent=2) + "\n").encode())  # a stop mid-write keeps the old card
     log = TrainLog(json.loads((run_dir / CURVES_FILE).read_text()))
     write_evaluation(run_dir, result, log)
     return result
