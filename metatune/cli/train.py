@@ -10,6 +10,7 @@ import typer
 from metatune.cli.common import parse_floats, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
+ENCODED_KEPT = "the programs encoded so far"  # cached per workload: a restart reads them back
 
 
 @app.command()
@@ -24,7 +25,7 @@ def train(
     """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
     from metatune.learn.train import run_train
 
-    with stop_cleanly(resumes=False, kept="the programs encoded so far"):
+    with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
         run_train(data, config, out, echo=typer.echo, workers=workers)
 
 
@@ -70,7 +71,7 @@ def evaluate(
             raise MetatuneError("--config applies to --run only")
         from metatune.learn.transfer_study import METHODS, STUDY_KS, run_study, study_config
 
-        with stop_cleanly(resumes=False, kept="the programs encoded so far"):
+        with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
             run_study(transfer, data, study_config(support_sizes or STUDY_KS, repeats or 3, method_names or METHODS),
                       native=native, adapted=adapted, source_data=source_data, out=out, zoo_root=zoo,
                       echo=typer.echo)
@@ -79,7 +80,7 @@ def evaluate(
         raise MetatuneError("--native, --adapted, --source-data, --out, --repeats and --zoo apply to --transfer only")
     from metatune.learn.train import run_evaluate
 
-    with stop_cleanly(resumes=False, kept="the programs encoded so far"):
+    with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
         run_evaluate(data, run, config, echo=typer.echo, ks=support_sizes, methods=method_names)
 
 
@@ -112,7 +113,7 @@ def learning_curve(
 
     points = (parse_floats(fractions, "--fractions", "0.25,0.5,1"), parse_ints(records, "--records", "50,100"),
               parse_ints(seeds, "--seeds", "0,1"))
-    with stop_cleanly(resumes=False, kept="the programs encoded so far"):
+    with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
         run_learning_curve(data, config, *points, out, echo=typer.echo,
                            source=open_checkpoint(source, zoo) if source else None,
                            native=open_checkpoint(native, zoo) if native else None, cross=cross)
