@@ -113,7 +113,7 @@ class DatasetBuilder:
         if card.get("spec_hash") != self.spec.digest():
             raise MetatuneError(f"{out} was built from another spec ({card.get('spec_name')}); use a new --out directory")
 
-    def run(self, show_progress: bool = True) -> dict:
+    def run(self) -> dict:
         planned = plan(self.spec)
         target = self.spec.samples_per_workload
         stores = [self.store.open(p.workload, p.split) for p in planned]

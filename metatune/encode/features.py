@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from metatune.encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED, Access, LoopGraphError, LoopProgram
-
-if TYPE_CHECKING:
-    from metatune.space.knob_space import Candidate, DesignSpaces
 
 NUM_BUFFER_SLOTS = 4
 LOOP_FEATURES = (
@@ -198,12 +195,3 @@ def _cpu_features(program: LoopProgram, owner: Sequence[int]) -> np.ndarray:
             row[base + 1] = _log(bottom[pos] / t)
             row[base + 2] = _log(abs(acc.strides.get(lp.var, 0)))
     return feats
-
-
-def per_store_features(spaces: "DesignSpaces", candidates: Sequence["Candidate"]) -> list[np.ndarray]:
-    """MetaSchedule's PerStoreFeature (one 164-wide row per BufferStore) for each candidate."""
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-    extractor = PerStoreFeature()
-    result = extractor.extract_from(spaces.context, [c.measure_candidate() for c in candidates])
-    return [np.asarray(t.numpy(), dtype=np.float32) for t in result]

@@ -97,10 +97,6 @@ class LoopProgram:
     loops: list[Loop]
     blocks: list[Block]
 
-    @property
-    def top_loops(self) -> list[int]:
-        return [lp.index for lp in self.loops if lp.parent < 0]
-
 
 # ---------------------------------------------------------------------------------------------
 # Point-difference evaluation of index expressions

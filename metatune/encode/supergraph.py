@@ -29,7 +29,8 @@ A loop named `ax<i>` is ambiguous (compute-at names loops after the axis positio
 rfactor name variables `ax<k>` at other positions): when it drives exactly one iteration
 variable of its block, the block's binding decides its axis.
 
-The template is probed from TEMPLATE_WORKLOADS and every task of TEMPLATE_MODELS on every CPU
+The template is probed from TEMPLATE_WORKLOADS and every task of the device kind's `models` (networks
+whose Relax tasks, pooling to rfactored classifiers, `tune --model` meets) on every CPU
 target class (target.CPU_TARGET_CLASSES: design spaces differ with vector width and ISA), so a
 model trained on one machine encodes programs for any of them. Another device kind adds its
 target classes to the probe and, where its stages are new, a role to `block_family_role` (GPU
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     import torch
     from torch_geometric.data import Data
 
-    from metatune.space.knob_space import Candidate, SearchSpace
+    from metatune.space.knob_space import SearchSpace
 
 TEMPLATE_FORMAT = 1
 
@@ -146,10 +147,6 @@ TEMPLATE_WORKLOADS = (
     "conv2d_bias_add_relu:n=1,c=8,h=14,w=14,k=8,r=3,s=3,stride=1,pad=1",
     "dense_bias:m=16,n=32,k=24",
 )
-# Networks whose Relax tasks (pooling, mean, reshape, rfactored classifiers, ...) are probed too,
-# so that `tune --model` can use metatune's model on every one of their tasks.
-TEMPLATE_MODELS = DEVICE_KINDS["cpu"].models
-
 # Block roles shared across families.
 _PAD_BLOCKS = {"pad_temp", "data_pad", "PaddedInput"}
 _EPILOGUE = re.compile(r"^(compute(_\d+)?|T_relu|T_add)$")
@@ -814,12 +811,6 @@ class GraphEncoder:
             knobs=_knob_tensor(knobs), workload=workload, template_version="", space=space,
             num_nodes=layout.num_nodes(n),
         )
-
-    def encode_candidate(self, candidate: "Candidate", workload: str, knobs: np.ndarray | None = None,
-                         supergraph: bool = True) -> "Data":
-        """A postprocessed candidate as a graph; `knobs` is its configuration embedding."""
-        fn = self.augmented if supergraph else self.plain
-        return fn(candidate, workload=workload, knobs=knobs, space=candidate.space_index)
 
 
 def _knob_tensor(knobs: np.ndarray | None) -> "torch.Tensor":

@@ -326,15 +326,6 @@ def test_stored_template_is_what_the_build_produces():
     assert build_template().definition == Template.load().definition
 
 
-def test_per_store_features_for_the_xgboost_baseline():
-    from metatune.encode.features import per_store_features
-
-    space = search_space("dense")
-    cands = space.sample_candidates(2, seed=0)
-    feats = per_store_features(space.spaces, cands)
-    assert len(feats) == 2 and all(f.ndim == 2 and f.shape[1] == 164 and f.shape[0] >= 1 for f in feats)
-
-
 def test_encode_command(tmp_path, capsys):
     from metatune.cli.encode import run_encode
 
