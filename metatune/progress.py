@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -68,7 +69,8 @@ class PlainProgress:
 
 
 def progress_bar(transient: bool = False) -> Any:
-    """A rich bar on a terminal, periodic log lines otherwise; both take a `status` field."""
+    """A rich bar where stderr is a terminal, periodic log lines otherwise, both on stderr (so that
+    `metatune ... > out.txt` keeps the bar on the console and out of the file); both take a `status` field."""
     if not sys.stderr.isatty():
         return PlainProgress()
     return Progress(
@@ -79,5 +81,6 @@ def progress_bar(transient: bool = False) -> Any:
         TextColumn("eta"),
         TimeRemainingColumn(),
         TextColumn("{task.fields[status]}"),
+        console=Console(file=sys.stderr),  # beside the plain lines: stdout stays the command's output
         transient=transient,
     )

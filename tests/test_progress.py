@@ -1,11 +1,15 @@
-"""The plain (log) progress lines: their ETA comes from the work done while watching, not work found done."""
+"""Progress output: the plain (log) lines' ETA comes from the work done while watching, not work found done;
+the bar and the lines go to stderr, whatever the terminal, so that stdout stays the command's output."""
 
 from __future__ import annotations
+
+import io
+import sys
 
 import pytest
 
 from metatune import progress
-from metatune.progress import PlainProgress
+from metatune.progress import PlainProgress, progress_bar
 
 
 class Clock:
@@ -44,3 +48,26 @@ def test_eta_of_a_fresh_run_counts_from_its_first_report(clock, capsys):
         bar.update(task, advance=10)
     last = capsys.readouterr().err.splitlines()[-1]
     assert "20/100" in last and "elapsed 1.0 min" in last and "eta 4.0 min" in last
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_stays_off_stdout_when_stdout_is_redirected(monkeypatch, capsys):
+    console = Terminal()
+    monkeypatch.setattr(sys, "stderr", console)
+    with progress_bar() as bar:
+        task = bar.add_task("measure dense", total=3, status="")
+        bar.update(task, completed=3, status="best 2.0")
+    assert capsys.readouterr().out == ""
+    assert "measure dense" in console.getvalue() and "3/3" in console.getvalue()
+
+
+def test_plain_lines_go_to_stderr(capsys):
+    with progress_bar() as bar:  # stderr captured: not a terminal
+        task = bar.add_task("measure dense", total=2, status="")
+        bar.update(task, completed=2, status="best 2.0")
+    out = capsys.readouterr()
+    assert out.out == "" and "measure dense: 2/2" in out.err

@@ -46,6 +46,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     from tvm import rpc
@@ -57,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not KEY_RE.fullmatch(args.key):
         sys.exit(f"error: key {args.key!r} may only hold letters, digits, '.', '_' and '-'")
     logging.basicConfig(level=logging.ERROR if args.silent else logging.INFO)
+    if args.host == "127.0.0.1" and not _is_loopback(tracker.host):
+        print(f"warning: serving on 127.0.0.1, which a tuner on another host than this one cannot reach, while the "
+              f"tracker is at {tracker.host}; pass --host with this machine's address if tuners elsewhere use it",
+              file=sys.stderr)
     # Imported under its package name (not __main__) so the callback is pickled by reference, not by value.
     from metatune.measure.rpc_server import register_fingerprint as init
 

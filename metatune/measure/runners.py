@@ -351,7 +351,9 @@ def make_rpc_runner(spec: RpcSpec, settings: "MeasureSettings") -> tuple[Any, "D
         max_workers=workers,
         f_alloc_argument=alloc_rpc,
     )
-    # RPCRunner's pool has no time limit: once every server is gone its workers wait forever.
+    # RPCRunner's pool has no time limit: once every server is gone its workers wait forever. Its
+    # own pool (started by its sanity check) is ended here, not left to a garbage collection.
+    rpc_runner.pool.shutdown()
     rpc_runner.pool = PopenPoolExecutor(max_workers=workers, timeout=session_timeout + QUEUE_WAIT_S)
     return retrying_rpc_runner(rpc_runner, spec, RETRIES, verify_locally=not missing), fingerprint
 

@@ -150,7 +150,7 @@ class DesignSpaces:
         except (ValueError, RuntimeError) as err:
             # Some sampled decisions make a later primitive invalid (e.g. a compute location that
             # inlines a block the trace still refers to): the configuration is not in the space.
-            count(self.rejected, f"replay: {str(err).strip().splitlines()[-1][:80]}")
+            count(self.rejected, f"replay: {error_tail(err)}")
             return None
         if (problem := self.postprocess(sch)) is not None:
             count(self.rejected, problem)
@@ -274,6 +274,13 @@ def is_factor_move(tile: Sequence[int], other: Sequence[int]) -> bool:
     i, j = changed
     src, dst = (i, j) if other[i] < tile[i] else (j, i)
     return tile[src] % other[src] == 0 and other[dst] == tile[dst] * (tile[src] // other[src])
+
+
+def error_tail(err: BaseException) -> str:
+    """What a rejection is counted as: the last line of TVM's message (its first lines are the
+    traceback), or the exception's type where the message is empty."""
+    text = str(err).strip()
+    return text.splitlines()[-1][:80] if text else type(err).__name__
 
 
 def _to_decision(value: Any) -> Decision:
@@ -485,7 +492,8 @@ class KnobSpace:
         A compute location TVM cannot use is snapped to a valid one: the returned candidate's
         `config` holds the applied decisions; with `strict`, a snapped configuration is None.
         """
-        problem = self.check(config)
+        config = Config(config.space, tuple(None if d is None else _to_decision(d) for d in config.decisions))
+        problem = self.check(config)  # on Python ints: a decision taken from numpy is the same decision
         if problem is not None:
             count(self.rejected, f"config: {problem.split(':')[0]}")
             return None
@@ -496,8 +504,7 @@ class KnobSpace:
         try:
             sch = self._replay(decisions, seed)
         except Exception as err:  # an invalid combination is the configuration's problem, not ours
-            text = str(err).strip()
-            count(self.rejected, f"replay: {text.splitlines()[-1][:80] if text else type(err).__name__}")
+            count(self.rejected, f"replay: {error_tail(err)}")
             return None
         config = Config(self.index, self.decisions_of(sch.trace))
         if expect is not None and config != expect:
@@ -588,7 +595,11 @@ class KnobSpace:
         `tile_moves` says how far a tile knob moves (`TILE_MOVES`)."""
         decisions = list(config.decisions)
         for position in self._positions(rng, changes):  # in trace order: a location sees the tiles before it
-            options = self._other_values(Config(config.space, tuple(decisions)), position, tile_moves)
+            try:
+                options = self._other_values(Config(config.space, tuple(decisions)), position, tile_moves)
+            except (ValueError, RuntimeError) as err:  # a location probed after a changed one may not replay
+                count(self.rejected, f"replay: {error_tail(err)}")
+                return None
             if options:
                 decisions[position] = options[int(rng.integers(len(options)))]
         if tuple(decisions) == tuple(config.decisions):

@@ -20,6 +20,7 @@ from metatune.space.knob_space import (
     Config,
     KnobSpace,
     SearchSpace,
+    error_tail,
     is_factor_move,
     perfect_tilings,
 )
@@ -176,6 +177,22 @@ def test_invalid_configurations_are_reported_not_raised(device):
     assert ks.schedule(good._replace(decisions=good.decisions[:-1])) is None
     assert ks.schedule(good._replace(space=1)) is None
     assert space.schedule(Config(len(space), good.decisions)) is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decisions_taken_from_numpy_are_the_same_configuration(device):
+    space = space_on(device, "conv2d")
+    good = space.sample_candidates(1, seed=0)[0].config
+    ks = space[good.space]
+    from_numpy = good._replace(decisions=tuple(np.asarray(d, dtype=np.int64)[()] if isinstance(d, int)
+                                               else tuple(np.int64(x) for x in d) for d in good.decisions))
+    built = ks.schedule(from_numpy, strict=True)
+    assert built is not None and built.config == good
+
+
+def test_rejections_count_the_messages_last_line_or_the_type():
+    assert error_tail(RuntimeError("Traceback:\n  frame 0\nValueError: bad split")) == "ValueError: bad split"
+    assert error_tail(RuntimeError("  ")) == "RuntimeError"  # an empty message counts, never raises
 
 
 def test_an_unusable_compute_location_is_snapped():
