@@ -19,7 +19,7 @@ def dataset_build(
     out: Path = typer.Option(..., help="Dataset directory; re-running with the same directory resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
-    batch: int = typer.Option(32, min=1, help="Candidates per builder call."),
+    batch: int = typer.Option(32, min=1, help="Candidates built and timed per batch."),
     verify: bool = typer.Option(True, help="Check each timed build against NumPy (after the batch is timed, so the check never runs beside the timing)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     retries_under_load: int = typer.Option(
@@ -90,7 +90,7 @@ def dataset_info(
 
 @app.command("encode")
 def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory.")) -> None:
-    """Encode every complete workload as super-graph programs into DIR/cache/<template version>/.
+    """Encode every complete workload as super-graph programs into DIR/cache/TEMPLATE_VERSION/.
 
     Training reads this cache; an entry whose record count or template version no longer matches
     is re-encoded, so re-running after the dataset grew or the template changed is always safe."""
@@ -119,5 +119,5 @@ def dataset_export(
 
     if read_card(directory) is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json)")
-    wl, rec = DatasetStore(directory).export_tvm_database(out)
+    wl, rec = DatasetStore(directory, repair=False).export_tvm_database(out)
     typer.echo(f"wrote {wl} and {rec}")

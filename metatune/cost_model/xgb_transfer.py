@@ -73,7 +73,7 @@ def extract_features(store: WorkloadStore, target: Any,
 
 def training_feature_caches(dataset_dir: Path) -> list[tuple[WorkloadStore, Path]]:
     """Every complete training workload and the file its features are cached in (present or not)."""
-    stores = [s for s in DatasetStore(dataset_dir) if s.split == "train" and s.sealed]
+    stores = [s for s in DatasetStore(dataset_dir, repair=False) if s.split == "train" and s.sealed]
     if not stores:
         raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
                             f"complete training workload: "

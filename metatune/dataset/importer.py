@@ -97,14 +97,15 @@ def plan_import(store: DatasetStore, sources: list[Source]) -> tuple[Plan, int]:
             where = f"{names} and {store.dir}" if key in existing else names
             raise SourceError(f"{key} is both {' and '.join(sorted(splits))} ({where})")
         seen = set(existing[key].keys()) if key in existing else set()
-        fresh = []
+        chosen: dict[str, tuple] = {}  # config -> its record: the first success, else the first failure
         for source in group:
             for config, record, failed in source.records:
-                if config in seen:
+                if config in seen or (config in chosen and (failed or not chosen[config][2])):
                     duplicates += 1
                     continue
-                seen.add(config)
-                fresh.append((config, record, failed))
+                duplicates += config in chosen  # a failure (e.g. a transient timeout) gives way to a success
+                chosen[config] = (config, record, failed)
+        fresh = list(chosen.values())
         if key in existing and existing[key].sealed and fresh:
             raise SourceError(f"{key} is already in {store.dir}, sealed; {len(fresh)} records of it not yet there "
                               f"({names}) would change it: import them into another --out")

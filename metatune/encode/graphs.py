@@ -238,7 +238,7 @@ def encode_to_cache(store: WorkloadStore, encoder: "GraphEncoder", path: Path,
 
 def graph_caches(directory: Path, encoder: "GraphEncoder", min_records: int = 1) -> list[tuple[WorkloadStore, Path, bool]]:
     """Every complete (sealed) workload with at least `min_records`, its cache file and whether that is current."""
-    stores = [s for s in DatasetStore(directory) if s.sealed and s.num_records >= min_records]
+    stores = [s for s in DatasetStore(directory, repair=False) if s.sealed and s.num_records >= min_records]
     paths = [_cache_path(Path(directory), encoder.version, s) for s in stores]
     return [(s, p, _cache_is_current(p, _cache_meta(s, encoder.version))) for s, p in zip(stores, paths)]
 

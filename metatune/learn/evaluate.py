@@ -8,6 +8,7 @@ are averaged over repeats, then reported as the median over workloads.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from metatune.cost_model.gcn import CostModel
 from metatune.cost_model.xgb import xgb_predict
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
-from metatune.learn.maml import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by
+from metatune.learn.maml import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by, task_loss
 from metatune.learn.metrics import all_metrics
 
 if TYPE_CHECKING:
@@ -132,8 +133,8 @@ def support_trainer(start: Callable[[], CostModel], builder: GraphBuilder, tasks
             inputs = builder.batch(w, support).inputs()
             y = standardize_by(w.log_thr[support], w.log_thr[support])
             model.train()
-            for _ in range(steps):
-                loss = torch.mean((model(*inputs) - y) ** 2)
+            for _ in range(steps):  # the loss the model was trained with (a rank loss for rank scores)
+                loss = task_loss(model(*inputs), y, model.config.rank_scores)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -158,8 +159,10 @@ def evaluate(tasks: Sequence[EncodedWorkload], methods: dict[str, Method], confi
                 start = time.perf_counter()
                 for r, (support, query) in enumerate(draws):
                     pred = method(t, support, query, config.seed + r)
-                    if not np.all(np.isfinite(pred)):
+                    if np.all(np.isnan(pred)):
                         continue  # the method cannot predict here (e.g. XGBoost with k = 0)
+                    if not np.all(np.isfinite(pred)):  # a model that diverged: not a row to leave out quietly
+                        raise ValueError(f"{name} predicted non-finite scores for {w.key} at k = {k} (repeat {r})")
                     runs.append(all_metrics(pred, w.log_thr[query].numpy().astype(np.float64)))
                 result.seconds[name] = result.seconds.get(name, 0.0) + time.perf_counter() - start
                 if runs:
@@ -171,9 +174,16 @@ def evaluate(tasks: Sequence[EncodedWorkload], methods: dict[str, Method], confi
         for k, by_w in by_k.items():
             metric_names = next(iter(by_w.values())).keys()
             result.metrics.setdefault(name, {})[k] = {
-                m: float(statistics.median(v[m] for v in by_w.values())) for m in metric_names
+                m: _median([v[m] for v in by_w.values()]) for m in metric_names
             } | {"workloads": len(by_w)}
     return result
+
+
+def _median(values: list[float]) -> float:
+    """Median over workloads, leaving out a workload where the metric is undefined (NaN: e.g. a pairwise
+    accuracy where every query configuration measured alike), which `statistics.median` would not."""
+    defined = [v for v in values if not math.isnan(v)]
+    return float(statistics.median(defined)) if defined else float("nan")
 
 
 def format_table(result: EvalResult, metrics: Sequence[str] = ("pairwise_acc", "mse", "mse_d", "peak@1", "peak@5")) -> str:

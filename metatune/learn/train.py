@@ -149,7 +149,7 @@ def xgb_methods(config: TrainConfig, data_dir: Path, heldout: list[EncodedWorklo
     if not wanted:
         return {}
     target = DeviceFingerprint.from_json(read_card(data_dir)["device"]).tvm_target()
-    stores = {s.workload.key: s for s in DatasetStore(data_dir)}
+    stores = {s.workload.key: s for s in DatasetStore(data_dir, repair=False)}
     echo("extracting held-out candidates")
     with timed(setup_s, f"{'+'.join(wanted)}: held-out candidates"):
         held_tasks = [record_task(stores[w.key], target) for w in heldout]
@@ -279,6 +279,8 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
     echo(f"encoded {sum(map(len, encoded))} programs of {len(encoded)} workloads in {wall_s['encode']:.0f} s")
     out.mkdir(parents=True, exist_ok=True)
     jobs = planned_jobs(config)
+    if "ablation" not in jobs:  # an earlier run's ablation in the same folder is not this run's
+        (out / PLAIN_FILE).unlink(missing_ok=True)
     with timed(wall_s, "train and evaluate"):
         results = run_all_jobs(jobs, data_dir, config, out, worker_count(len(jobs), workers), echo)
     for part in results.values():
@@ -356,7 +358,7 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: 
     torch.set_num_threads(config.threads)
     main = TrainedModel.load(run_dir / WEIGHTS_FILE)
     pretrained = TrainedModel.load(run_dir / PRETRAINED_FILE)
-    plain = TrainedModel.load(run_dir / PLAIN_FILE) if (run_dir / PLAIN_FILE).exists() else None
+    plain = TrainedModel.load(run_dir / PLAIN_FILE) if "ablation" in planned_jobs(config) else None
     if methods is not None and "metatune-plain" not in methods:
         plain = None
     _, _, _, heldout = load_splits(data_dir, config)

@@ -152,7 +152,7 @@ class TransferStudy:
         methods["scratch"] = scratch_trainer(source.model, source.builder, heldout, config)
         methods = {name: m for name, m in methods.items() if name in config.methods}
         if {"xgb", "xgb-transfer"} & set(config.methods):
-            stores = {s.workload.key: s for s in DatasetStore(self.target_data)}
+            stores = {s.workload.key: s for s in DatasetStore(self.target_data, repair=False)}
             echo("xgb: extracting held-out candidates")
             tasks = [record_task(stores[w.key], self.target_fingerprint.tvm_target()) for w in heldout]
             if "xgb" in config.methods:
@@ -256,7 +256,7 @@ def run_study(source_name: str, data: Path, config: EvalConfig, native: str | No
         echo(f"no dataset of {source.id} here (--source-data): xgb-transfer is left out")
     result = study.run(config, echo)
     name = f"transfer-{source.device_id or 'source'}-to-{study.target_device}"
-    path = write_study(out if out is not None else REPO_ROOT / "runs" / name, study, config, result)
+    path = write_study(out if out is not None else Path("runs") / name, study, config, result)
     echo(format_table(result))
     echo(f"wrote {path}")
     return path

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 from metatune.fileio import CARD_FILE, WEIGHTS_FILE
-from metatune.zoo.errors import ChecksumError, ZooError
+from metatune.zoo.errors import ChecksumError, TemplateVersionError, ZooError, ZooWarning
 from metatune.zoo.index import ZooEntry, default_zoo_dir, read_index
-from metatune.zoo.publishing import publish
-from metatune.zoo.weights import sha256
+from metatune.zoo.publishing import check_run, publish
+from metatune.zoo.weights import load_weights, sha256
 
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -46,7 +47,8 @@ def push_to_hub(entry: ZooEntry, repo_id: str) -> str:
 def pull_from_hub(repo_id: str, root: Path | None = None, *, revision: str | None = None,
                   template_version: str | None = None) -> list[ZooEntry]:
     """Import every checkpoint of a Hub repo whose weights are not in the zoo yet (new local versions).
-    Every downloaded checkpoint is checked before any is published: a bad one leaves the zoo as it was."""
+    Every downloaded checkpoint is checked before any is published: a bad one leaves the zoo as it was,
+    and one of a template version this code cannot load is left out, with a warning."""
     check_hf_repo(repo_id)
     hub = require_hf_hub()
     root = Path(root) if root is not None else default_zoo_dir()
@@ -68,11 +70,22 @@ def pull_from_hub(repo_id: str, root: Path | None = None, *, revision: str | Non
             if digest != actual:
                 raise ChecksumError(where, str(digest), actual)
             checked.append((card_path, remote, digest))
-        for card_path, remote, digest in checked:
+        fresh = []
+        for card_path, remote, digest in checked:  # every new one checked as publishing checks it, before any is
             if digest in known:
                 continue
             remote.pop("zoo")
             card_path.write_text(json.dumps(remote, indent=2))
-            added.append(publish(card_path.parent, root, template_version=template_version))
-            known.add(digest)
+            try:
+                check_run(card_path.parent, template_version)
+            except TemplateVersionError as stale:  # this code cannot load it; the others are still worth having
+                warnings.warn(f"{repo_id}:{card_path.parent.relative_to(local)} left out: {stale}", ZooWarning,
+                              stacklevel=2)
+                continue
+            load_weights((card_path.parent / WEIGHTS_FILE).read_bytes(), str(card_path.parent / WEIGHTS_FILE))
+            fresh.append((card_path, digest))
+        for card_path, digest in fresh:
+            if digest not in known:
+                added.append(publish(card_path.parent, root, template_version=template_version))
+                known.add(digest)
     return added

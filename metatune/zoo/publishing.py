@@ -11,12 +11,25 @@ from pathlib import Path
 
 from metatune import __version__
 from metatune.env.device import DeviceFingerprint
-from metatune.fileio import CARD_FILE, WEIGHTS_FILE
+from metatune.fileio import CARD_FILE, WEIGHTS_FILE, write_atomic
 from metatune.zoo import index
 from metatune.zoo.cards import metrics_summary, read_run_card, render_readme
 from metatune.zoo.errors import TemplateVersionError, ZooError
 from metatune.zoo.index import README_FILE, VERSION_RE, ZooEntry, index_lock, read_index, version_number, write_index
 from metatune.zoo.weights import load_weights, sha256
+
+
+def check_run(run_dir: Path, template_version: str | None = None) -> tuple[dict, DeviceFingerprint]:
+    """A run's card and device, once its card is complete, its weights are there and its template
+    version is the code's (`template_version` where given): what publishing needs of it."""
+    card = read_run_card(run_dir)
+    if not (run_dir / WEIGHTS_FILE).is_file():
+        raise ZooError(f"{run_dir} has no {WEIGHTS_FILE}")
+    fp = DeviceFingerprint.from_json(card["device"])
+    code_version = template_version if template_version is not None else index.code_template_version(fp.arch)
+    if card["template_version"] != code_version:
+        raise TemplateVersionError(f"run {run_dir}", card["template_version"], code_version)
+    return card, fp
 
 
 def publish(run_dir: Path, root: Path | None = None, *, template_version: str | None = None) -> ZooEntry:
@@ -26,13 +39,7 @@ def publish(run_dir: Path, root: Path | None = None, *, template_version: str | 
     equals the code's) so that a checkpoint that `verify` would reject never gets published.
     """
     run_dir, root = Path(run_dir), Path(root) if root is not None else index.default_zoo_dir()
-    card = read_run_card(run_dir)
-    if not (run_dir / WEIGHTS_FILE).is_file():
-        raise ZooError(f"{run_dir} has no {WEIGHTS_FILE}")
-    fp = DeviceFingerprint.from_json(card["device"])
-    code_version = template_version if template_version is not None else index.code_template_version(fp.arch)
-    if card["template_version"] != code_version:
-        raise TemplateVersionError(f"run {run_dir}", card["template_version"], code_version)
+    card, fp = check_run(run_dir, template_version)
     device_dir = root / fp.device_id
     device_dir.mkdir(parents=True, exist_ok=True)
 
@@ -60,8 +67,8 @@ def publish(run_dir: Path, root: Path | None = None, *, template_version: str | 
                 "tensors": len(tensors), "weights_metadata_keys": sorted(metadata),
                 "published_with": {"metatune": __version__},
             }
-            (staging / CARD_FILE).write_text(json.dumps(zoo_card, indent=2) + "\n")
-            (staging / README_FILE).write_text(render_readme(zoo_card))
+            write_atomic(staging / CARD_FILE, (json.dumps(zoo_card, indent=2) + "\n").encode())  # synced to disk
+            write_atomic(staging / README_FILE, render_readme(zoo_card).encode())  # before the index names them
             target = device_dir / version
             if target.exists():  # cannot happen under the lock; never overwrite regardless
                 raise ZooError(f"{target} already exists; refusing to overwrite it")

@@ -141,7 +141,8 @@ def _verify_entry(entry: ZooEntry, code_version: str) -> list[ZooError]:
 
 
 def _unindexed(root: Path, indexed: set[str]) -> list[ZooError]:
-    """Version directories that index.json does not know about (an interrupted publish)."""
+    """Version directories that index.json does not know about, and staging directories a publish
+    killed mid-copy left behind (an interrupted publish)."""
     if not root.is_dir():
         return []
     out = []
@@ -150,4 +151,7 @@ def _unindexed(root: Path, indexed: set[str]) -> list[ZooError]:
             if f"{device_dir.name}/{v.name}" not in indexed:
                 out.append(ZooError(f"{device_dir.name}/{v.name} is not in {INDEX_FILE} (interrupted publish?); "
                                     "delete the directory or publish its run again"))
+        for staging in sorted(device_dir.glob(".staging-*")):
+            out.append(ZooError(f"{device_dir.name}/{staging.name} is what an interrupted publish left; delete it "
+                                "(no publish of this zoo is running) and publish its run again"))
     return out

@@ -16,8 +16,6 @@ from metatune.dataset.sources import SourceError
 from metatune.dataset.store import DatasetStore
 from tests.dataset.gpu_sources import A100_TARGET, BATCH_MATMUL, DENSE, SHIPPED_GPU, archive, set_target, write_source
 
-pytestmark = pytest.mark.skipif(not (SHIPPED_GPU / "card.json").exists(), reason="no shipped GPU dataset")
-
 
 def _files(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
@@ -70,6 +68,16 @@ def test_duplicates_within_the_sources_are_imported_once(tmp_path):
     assert (result.records, result.duplicates) == (6, 4)
     ws = next(iter(DatasetStore(tmp_path / "ds")))
     assert len(set(ws.record_keys())) == ws.num_records == 6
+
+
+def test_a_configuration_that_failed_in_one_source_and_ran_in_another_keeps_its_latency(tmp_path):
+    def failed(row: list) -> None:
+        row[1] = [1e10]  # MetaSchedule's mark of a failed measurement (e.g. a timeout under load)
+
+    first = write_source(tmp_path / "a", DENSE, records=2, failed=0, edit=failed)
+    second = write_source(tmp_path / "b", DENSE, records=2, failed=0)  # the same two, measured
+    result = import_databases([first, second], tmp_path / "ds")
+    assert (result.records, result.failures, result.duplicates) == (2, 0, 2)
 
 
 def test_importing_into_a_dataset_of_another_device_is_refused(tmp_path):

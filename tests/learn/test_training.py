@@ -85,6 +85,8 @@ def test_metrics_on_known_orderings():
     truth = np.array([1.0, 2.0, 3.0, 4.0])
     assert pairwise_accuracy(truth, truth) == 1.0
     assert pairwise_accuracy(-truth, truth) == 0.0
+    assert pairwise_accuracy(np.zeros(4), truth) == 0.5  # a constant predictor is a coin flip, not always wrong
+    assert pairwise_accuracy(np.array([1.0, 1.0, 3.0, 4.0]), truth) == pytest.approx(5.5 / 6)  # one pair of six tied
     assert peak_score(truth, truth, 1) == 1.0
     assert peak_score(-truth, truth, 1) == pytest.approx(2.0 ** (1.0 - 4.0))
 
@@ -123,3 +125,21 @@ def test_subset_keeps_the_chosen_programs_intact(template):
     assert len(part) == 3 and part.ptr.tolist() == [0, 8, 16, 24]
     assert torch.equal(part.log_thr, w.log_thr[[7, 2, 5]])
     assert torch.equal(builder.batch(part, [0, 1, 2]).x, builder.batch(w, [7, 2, 5]).x)
+
+
+def test_a_meta_training_that_would_never_validate_is_refused():
+    """It keeps its best validated weights: never validating, it would silently keep the pretrained ones."""
+    with pytest.raises(ValueError, match=r"iterations \(20\) must be at least eval_every \(25\)"):
+        MAMLConfig(iterations=20, eval_every=25)
+    with pytest.raises(ValueError, match="eval_every"):
+        MAMLConfig(eval_every=0)
+
+
+def test_evaluation_leaves_out_what_cannot_predict_and_stops_at_a_diverged_model(template):
+    w = synthetic_workload(template, "w", np.array([1.0, 0.5]), np.random.default_rng(0))
+    config = EvalConfig(ks=(0, 8), repeats=1)
+    half_known = evaluate([w], {"xgb-like": lambda t, s, q, seed: np.full(len(q), np.nan) if len(s) == 0
+                                else np.arange(len(q), dtype=np.float64)}, config)
+    assert list(half_known.metrics["xgb-like"]) == ["8"]  # no row at k = 0, where it has nothing to learn from
+    with pytest.raises(ValueError, match="non-finite scores for w at k = 0"):
+        evaluate([w], {"diverged": lambda t, s, q, seed: np.where(np.arange(len(q)) == 0, np.inf, 1.0)}, config)

@@ -304,6 +304,7 @@ def test_resolve_other_device_warns_naming_both(tmp_path):
     assert not res.exact and res.entry.device_id == "x86_64-skylake-avx512-2c"  # nearest ISA class
     assert res.warning == message and "make train-zoo" in message
     assert "metatune zoo adapt --from x86_64-skylake-avx512-2c/v1" in message  # the quick route, runnable as printed
+    assert "train/configs/x86_64-sapphirerapids-2c.yaml" in message  # the native route names this device
     # a full fingerprint ranks by flag overlap too; a haswell box gets the haswell model exactly
     fp = DeviceFingerprint.from_json({**HASWELL, "num_cores": 4})
     assert zoo.resolve(fp, root).exact
@@ -332,7 +333,7 @@ def test_resolve_without_any_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(zoo.index, "code_template_version", lambda arch: 1 / 0)  # not needed to say "nothing here"
     with pytest.raises(NoCheckpointError) as err:
         zoo.resolve(device_id(SPR), root)
-    assert "make train-zoo" in str(err.value) and "zoo publish RUN_DIR" in str(err.value)
+    assert "make train-zoo DEVICES=" in str(err.value) and "train/configs/DEVICE.yaml" in str(err.value)
     assert "empty" in str(err.value)
     assert zoo.verify(root).ok
     zoo.publish(make_run(tmp_path, ARM), root, template_version=TV)  # another architecture is no fallback
@@ -364,8 +365,6 @@ def test_the_shipped_zoo_verifies_with_this_code(monkeypatch):
     template change must come with a retrained zoo (`make train-zoo`), and checkpoints it made
     unloadable must be retired."""
     shipped = Path(zoo.__file__).resolve().parents[2] / "zoo"
-    if not (shipped / zoo.INDEX_FILE).exists():
-        pytest.skip("no shipped zoo")
     monkeypatch.setattr(zoo.index, "code_template_version", REAL_CODE_TEMPLATE_VERSION)  # the fixture fakes it
 
     report = zoo.verify(shipped)
@@ -481,6 +480,36 @@ def test_hf_push_and_pull_with_a_fake_client(tmp_path, monkeypatch):
     assert [e.id for e in added] == ["x86_64-sapphirerapids-2c/v2"] and added[0].sha256 == entry.sha256
     assert zoo.pull_from_hub("me/metatune-zoo", local) == []  # same weights are not imported twice
     assert zoo.verify(local).ok
+
+
+def test_a_pull_leaves_out_a_checkpoint_this_code_cannot_load_and_publishes_the_rest(tmp_path, monkeypatch):
+    """One stale checkpoint on the Hub (another template version) must not block, nor half-publish, a pull."""
+    source = tmp_path / "remote-zoo"
+    stale = zoo.publish(make_run(tmp_path, SPR, "old", template="test-template-0"), source,
+                        template_version="test-template-0")
+    current = zoo.publish(make_run(tmp_path, SPR, "new", seed=3), source)
+
+    def snapshot_download(repo_id, revision, local_dir, allow_patterns):
+        import shutil
+
+        for entry in (stale, current):
+            shutil.copytree(source / entry.path, Path(local_dir) / entry.path)
+        return local_dir
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    local = tmp_path / "zoo"
+    with pytest.warns(zoo.ZooWarning, match="v1 left out: .*test-template-0"):
+        added = zoo.pull_from_hub("me/metatune-zoo", local)
+    assert [e.sha256 for e in added] == [current.sha256] and [e.sha256 for e in zoo.read_index(local)] == [current.sha256]
+    assert zoo.verify(local).ok
+
+
+def test_a_staging_folder_left_by_a_killed_publish_is_reported(tmp_path):
+    root = tmp_path / "zoo"
+    entry = zoo.publish(make_run(tmp_path, SPR), root)
+    (root / entry.device_id / ".staging-abc123").mkdir()
+    report = zoo.verify(root)
+    assert not report.ok and any(".staging-abc123" in str(problem) for problem in report.problems)
 
 
 def test_a_pull_with_one_bad_checkpoint_publishes_none(tmp_path, monkeypatch):
