@@ -24,7 +24,7 @@ from metatune import MetatuneError
 from metatune.bench.failures import FAILURES_FILE, RunFailure, clear_failure, record_failure
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
-from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir, training_feature_caches
 from metatune.env.device import fingerprint_for_target, require_runnable, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
@@ -35,6 +35,7 @@ from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_ur
 from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, measured_latencies, resolve_checkpoint, tune_workload
 
 REFERENCES_FILE = "references.json"
+SUITE_STRATEGIES = ("metatune", "xgb", "xgb-transfer", "random")  # `bench`'s default, less what cannot run here
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
 
 
@@ -90,6 +91,23 @@ def check_strategies(strategies: list[str]) -> None:
                                 "(STRATEGY@ZOO_ID or STRATEGY@PATH)")
     if len(set(strategies)) < len(strategies):
         raise MetatuneError(f"--strategies names a strategy twice: {', '.join(strategies)}")
+
+
+def check_transfer_dataset(target: str | None) -> None:
+    """xgb-transfer pretrains on the dataset of the device tuned for (`--target`, this machine by
+    default): a one-line error naming it where there is none."""
+    training_feature_caches(default_dataset_dir(fingerprint_for_target(target).device_id))
+
+
+def default_strategies(target: str | None, echo: Callable[[str], None]) -> list[str]:
+    """SUITE_STRATEGIES, with xgb-transfer left out (and said so) where the device has no dataset to
+    pretrain it on: a bench on a new machine runs rather than stopping at its first xgb-transfer run."""
+    try:
+        check_transfer_dataset(target)
+    except MetatuneError as missing:
+        echo(f"note: xgb-transfer left out of the default strategies: {missing}")
+        return [s for s in SUITE_STRATEGIES if s != "xgb-transfer"]
+    return list(SUITE_STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -212,7 +230,8 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
 
 def check_request(config: BenchConfig) -> None:
     """Fail at once, as one line, on what would fail every run alike (a target this machine cannot
-    tune for, a checkpoint that does not load, a malformed runner), before anything is measured:
+    tune for, a checkpoint that does not load, a malformed runner, xgb-transfer without a dataset),
+    before anything is measured:
     from then on an error is one run's failure, recorded while the others go on."""
     local = config.runner == "local"
     fingerprint = fingerprint_for_target(config.target) if local else None
@@ -225,6 +244,8 @@ def check_request(config: BenchConfig) -> None:
         if config.references:
             raise MetatuneError("the references (PyTorch eager, the fp32 peak) would be timed on this machine and "
                                 "the kernels on the RPC servers: pass --no-references with an RPC runner")
+    if any(split_strategy(s)[0] == "xgb-transfer" for s in config.strategies):
+        check_transfer_dataset(config.target)
     checkpoints = {checkpoint or config.checkpoint for name, checkpoint in map(split_strategy, config.strategies)
                    if name in CHECKPOINT_STRATEGIES}
     for checkpoint in sorted(checkpoints):

@@ -58,11 +58,19 @@ def bench(
                                                        "separated, up to the largest --trials-total): how soon a "
                                                        "strategy reaches a latency, all timed side by side."),
     budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
-    strategies: str = typer.Option("metatune,xgb,xgb-transfer,random", help="Comma-separated tuning strategies."),
+    strategies: Optional[str] = typer.Option(None, help="Comma-separated strategies, named as for tune --strategy; "
+                                             "a checkpoint strategy may name its own, STRATEGY@CHECKPOINT (a zoo id "
+                                             "or path). Default: metatune,xgb,xgb-transfer,random, xgb-transfer left "
+                                             "out where the device has no dataset to pretrain it on "
+                                             "(datasets/DEVICE or $METATUNE_DATASET); with --model: metatune,xgb,"
+                                             "random, the strategies whole-model tuning offers."),
     repeats: int = typer.Option(1, min=1, help="Independent runs (seeds) per workload and strategy; medians reported."),
     out: Path = typer.Option(Path("runs/bench"), help="Output directory; re-running with it resumes."),
-    checkpoint: str = typer.Option("auto", help="Checkpoint for the metatune strategy ('auto' = zoo)."),
-    runner: str = typer.Option("local", help=RUNNER_HELP),
+    checkpoint: str = typer.Option("auto", help="Checkpoint for the strategies that take one (metatune and its "
+                                                "variants, gradient) unless named as STRATEGY@CHECKPOINT; 'auto' "
+                                                "resolves the zoo for the device tuned for."),
+    runner: str = typer.Option("local", help=RUNNER_HELP + " With an RPC runner pass --no-references (they are "
+                                                          "timed on this machine)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
@@ -83,6 +91,7 @@ def bench(
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
+    strategies = strategies or default_strategies(model, target)
     with stop_cleanly():
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
@@ -96,6 +105,18 @@ def bench(
         else:
             run_bench_command(suite, budgets, strategies, repeats, out, checkpoint, runner, trials_per_iter,
                               references, report_only, target, reference_passes)
+
+
+def default_strategies(model: Optional[str], target: Optional[str]) -> str:
+    """`--strategies` left out: what whole-model tuning offers for --model, else the suite's default
+    less what this device cannot run."""
+    if model is not None:
+        from metatune.tune.model_tuner import MODEL_STRATEGIES
+
+        return ",".join(MODEL_STRATEGIES)
+    from metatune.bench.harness import default_strategies as suite_strategies
+
+    return ",".join(suite_strategies(target, echo=lambda m: typer.echo(m, err=True)))
 
 
 def run_references_command(suite: str, budgets: str, strategies: str, out: Path, target: str | None = None,
@@ -133,6 +154,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
     """`--model SPEC`: each strategy tunes all the model's tasks; the table compares them with
     PyTorch eager and onnxruntime."""
     from metatune.bench.model_bench import check_request, model_table, run_model_bench
+    from metatune.tune.model_tuner import check_model_target
     from metatune.workload.model_source import parse_shape
 
     names = parse_list(strategies, "--strategies")
@@ -140,6 +162,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
     if not report_only:
         # checked before the console writes its log into out
         check_request(model, trials_totals, names, shapes, replay_at, reference_passes)
+        check_model_target(target)
         with bench_console(out, f"bench {model}", len(names) * repeats * max(trials_totals)) as progress:
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
                             target, shapes, replay_at, reference_passes)

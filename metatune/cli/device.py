@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import TARGET_HELP, echo_json
+from metatune.cli.common import echo_json
 
 app = typer.Typer()
 
@@ -14,7 +14,8 @@ app = typer.Typer()
 @app.command()
 def device(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    target: Optional[str] = typer.Option(None, help=TARGET_HELP),
+    target: Optional[str] = typer.Option(None, help="A TVM target whose device to show instead of this machine's: "
+                                         "JSON, a tag ('nvidia/nvidia-h100') or the string form ('llvm -mcpu=haswell')."),
 ) -> None:
     """Show the device fingerprint (CPU class, ISA flags, TVM target, device id) of this machine or a target."""
     from metatune.env.device import fingerprint_for_target

@@ -19,7 +19,7 @@ def measure(
     workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
     random: int = typer.Option(32, "--random", min=1, help="How many distinct random configurations to measure."),
     seed: int = typer.Option(0, help="Seed for sampling configurations."),
-    batch: int = typer.Option(32, min=1, help="Candidates per builder call (each call pays a worker start-up)."),
+    batch: int = typer.Option(32, min=1, help="Candidates built and timed per batch."),
     verify: bool = typer.Option(True, help="Check each timed build against the NumPy reference (after the batch is timed, so the check never runs beside the timing)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-candidate results to this file."),
     runner: str = typer.Option("local", help=RUNNER_HELP),

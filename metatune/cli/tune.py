@@ -40,8 +40,9 @@ def tune(
                                                     "dimensions); torchvision models default to 1,3,224,224."),
     export: Optional[Path] = typer.Option(None, help="Write the tuned --model as a shared library (PATH.so, its "
                                           "inputs in PATH.json), to run with `metatune run PATH.so` or TVM alone."),
-    trials: int = typer.Option(64, min=1, help="Total measured trials, over all tasks of a --model "
-                                             "(including those already in --db)."),
+    trials: int = typer.Option(64, min=1, help="Total measured trials (over all tasks of a --model), including "
+                                             "those already in --db: a re-run with the same --trials only "
+                                             "reports the best found."),
     strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO over a pool widened by cost-model-guided "
                                  "mutation chains, its GP also weighing a prior learnt from the task's own "
                                  "measurements), its ablations metatune-evolve (no task prior), metatune-task (no "
@@ -56,10 +57,15 @@ def tune(
                                  "metatune-wide-first (the first batch is the cost model's picks of 1,024 random "
                                  "configurations instead of 256), "
                                  "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
-                                 "xgb-transfer (XGBModel pretrained on the shipped dataset) or random."),
-    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for this device; else a checkpoint path "
+                                 "xgb-transfer (XGBModel pretrained on this device's dataset: datasets/DEVICE or "
+                                 "$METATUNE_DATASET) or random. --model takes metatune, xgb or random."),
+    checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for the device measured on (this machine, "
+                                    "--target's or the RPC server's); else a checkpoint path "
                                     "(weights file, run or zoo version directory) or a zoo id DEVICE_ID/vN."),
-    db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes."),
+    db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes. "
+                                      "Default: a folder under runs/tune/ named by strategy and workload and keyed "
+                                      "by target, runner, seed and checkpoint. It holds one device's records: a run "
+                                      "measuring on another device is refused."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
@@ -80,10 +86,11 @@ def tune(
                  reference_passes=reference_passes)
 
 
-def default_db_dir(strategy: str, what: str, target: Optional[str]) -> Path:
-    """A run folder named by strategy, workload (or model) and target, the same in every process,
-    so that re-running a command without --db resumes it."""
-    key = hashlib.sha256(f"{what}|{target or 'host'}".encode()).hexdigest()[:10]
+def default_db_dir(strategy: str, what: str, target: Optional[str], runner: str, seed: int, checkpoint: str) -> Path:
+    """A run folder named by strategy and workload (or model), keyed by everything else that makes a
+    run another run (target, runner, seed, checkpoint), the same in every process, so that re-running
+    a command without --db resumes it and changing one of these starts afresh."""
+    key = hashlib.sha256(f"{what}|{target or 'host'}|{runner}|{seed}|{checkpoint}".encode()).hexdigest()[:10]
     return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{key}"
 
 
@@ -156,7 +163,7 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     workload = resolve_workload(workload_text)
     from metatune.tune.tuner import tune_workload
 
-    db_dir = db or default_db_dir(strategy, str(workload), target)
+    db_dir = db or default_db_dir(strategy, str(workload), target, runner, seed, checkpoint)
     with tuning_console(db_dir, verbose, f"tune {workload.family} [{strategy}]", trials) as show:
         result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
                                trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
@@ -179,12 +186,13 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
                    export: Optional[Path] = None, reference_passes: Optional[int] = None) -> None:
     """`--model SPEC`: every task of the network shares the `--trials` budget."""
     from metatune.measure.reference_timing import check_max_passes
-    from metatune.tune.model_tuner import check_request, tune_model
+    from metatune.tune.model_tuner import check_model_target, check_request, tune_model
     from metatune.workload.model_source import parse_shape
     from metatune.workload.relax_tasks import import_model
 
     shapes = [parse_shape(text) for text in input_shape or []]
     source = check_request(model, shapes, strategy)
+    check_model_target(target)
     passes = REFERENCE_PASSES if reference_passes is None else reference_passes
     check_max_passes(passes)
     if export is not None and not export.parent.is_dir():
@@ -197,7 +205,7 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
         warnings.simplefilter("default")
         imported = import_model(source)
     what = f"model-{source.name}" if source.kind == "registry" else f"model-{source.name}:{source.spec}|{shapes}"
-    db_dir = db or default_db_dir(strategy, what, target)
+    db_dir = db or default_db_dir(strategy, what, target, runner, seed, checkpoint)
     with tuning_console(db_dir, verbose, f"tune {source.name} [{strategy}]", trials) as show:
         for caught in import_warnings:
             warnings.showwarning(caught.message, caught.category, caught.filename, caught.lineno)

@@ -12,7 +12,7 @@ from metatune import MetatuneError
 from metatune.cli.common import TARGET_HELP, echo_json, stop_cleanly
 from metatune.fileio import REPO_ROOT
 
-app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, resolve, adapt.",
+app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, pull, resolve, adapt.",
                   no_args_is_help=True)
 
 ZOO_OPTION = typer.Option(None, "--zoo", help="Zoo directory (default: $METATUNE_ZOO, else the shipped zoo/).")
@@ -171,7 +171,7 @@ def zoo_adapt(
                                                 "each validation workload still ranks after 16 support samples."),
     spec: Path = typer.Option(ADAPT_SPEC, help="The workloads to measure (a dataset spec; its held-out workloads "
                                                "choose the adaptation)."),
-    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID)."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID in the current directory)."),
     data: Optional[Path] = typer.Option(None, help="Where the measurements go (default datasets/DEVICE_ID-SPEC_NAME, "
                                                    "beside the shipped datasets: keep its sealed shards with the "
                                                    "published checkpoint); running again resumes the measuring."),
@@ -206,7 +206,7 @@ def zoo_adapt(
     if info.get("device_id") == device.device_id:
         raise MetatuneError(f"{info['id']} is already a checkpoint of {device.device_id}: nothing to adapt "
                             "(fine-tuning on new data is `metatune train`'s job)")
-    out = out if out is not None else REPO_ROOT / "runs" / f"adapt-{device.device_id}"
+    out = out if out is not None else Path("runs") / f"adapt-{device.device_id}"
     if data is None:
         data = REPO_ROOT / "datasets" / f"{device.device_id}-{load_spec(spec).name}"
     with stop_cleanly():

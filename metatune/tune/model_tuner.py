@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from metatune import MetatuneError
 from metatune.encode.supergraph import GraphEncoder, Template
+from metatune.env.device import fingerprint_for_target
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
@@ -100,6 +101,14 @@ def check_strategy(strategy: str) -> None:
     if strategy not in MODEL_STRATEGIES:
         raise MetatuneError(f"strategy {strategy!r} is not available for --model; choose one of "
                             f"{', '.join(MODEL_STRATEGIES)}")
+
+
+def check_model_target(target: str | None) -> None:
+    """A tuned model is compiled, checked and timed on this machine's CPU (`model_runtime`): a GPU
+    target is refused at once, not after its tuning."""
+    if target is not None and fingerprint_for_target(target).arch == "cuda":
+        raise MetatuneError(f"--model tunes a network run on this machine's CPU; --target {target} is a GPU: "
+                            "tune its operators one by one with --workload")
 
 
 def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
@@ -218,9 +227,10 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     start = time.perf_counter()
     check_strategy(strategy)
     check_max_passes(reference_passes)
+    check_model_target(target)
     imported = model if isinstance(model, ImportedModel) else import_model(ModelSource.parse(model, input_shapes or []))
     source = imported.model.source
-    setup = prepare(strategy, trials, checkpoint, runner, target=target)
+    setup = prepare(strategy, trials, checkpoint, runner, target=target, db_dir=db_dir)
     tvm_target = setup.target
     tasks = extract_tasks(imported.mod, tvm_target)
     uncovered = task_coverage(tasks, tvm_target)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import time
 import warnings
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from metatune.env.device import usable_cores
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
-from metatune.fileio import INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory
+from metatune.fileio import INDEX_FILE, RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory, write_atomic
 from metatune.learn.named_checkpoint import load_from_zoo, open_checkpoint
 from metatune.measure.check import check_schedule
 from metatune.measure.database import best_so_far, earlier_results, record_of, records_in_trial_order, trial_lines
@@ -263,6 +264,29 @@ def hold_database(db_dir: Path) -> AbstractContextManager[None]:
     return hold_directory(db_dir, "a tuning run")
 
 
+DEVICE_FILE = "device.json"  # in a tuning database: the device its records were measured on
+
+
+def claim_database(db_dir: Path, fingerprint: Any) -> None:
+    """A database holds one device's measurements, as a dataset does: its first run names the device
+    in DEVICE_FILE, and a run measuring on another device (another --runner or --target) is refused
+    before it measures, where it would mix its latencies with theirs and resume from them."""
+    path = db_dir / DEVICE_FILE
+    if not path.exists():
+        db_dir.mkdir(parents=True, exist_ok=True)
+        claim = {"device_id": fingerprint.device_id, "target": str(fingerprint.tvm_target())}
+        write_atomic(path, (json.dumps(claim, indent=1) + "\n").encode())
+        return
+    try:
+        claimed = json.loads(path.read_text())["device_id"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise MetatuneError(f"{path} does not say which device {db_dir} was measured on ({err}); "
+                            "delete it only if every record there was measured on this device") from err
+    if claimed != fingerprint.device_id:
+        raise MetatuneError(f"{db_dir} holds measurements of {claimed}, and this run measures on "
+                            f"{fingerprint.device_id}: give it another --db (records of two devices do not mix)")
+
+
 def repair_database(db_dir: Path) -> list[str]:
     """Cut a torn last line (what a kill during TVM's append leaves, and TVM cannot read past) off the
     database's two files; returns a note saying so, if it did."""
@@ -315,10 +339,11 @@ class TuningSetup:
 
 
 def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None,
-            target: str | None = None) -> TuningSetup:
-    """Validate the request, then set up measurement and the strategy's checkpoint or pretrained
-    model. xgb-transfer trains its model from this device's dataset unless `transfer` is given
-    (slow: pass one when tuning many workloads)."""
+            target: str | None = None, db_dir: Path | None = None) -> TuningSetup:
+    """Validate the request (`db_dir`: the database must be this device's, `claim_database`), then
+    set up measurement and the strategy's checkpoint or pretrained model. xgb-transfer trains its
+    model from this device's dataset unless `transfer` is given (slow: pass one when tuning many
+    workloads)."""
     if strategy not in STRATEGIES:
         raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if trials < 1:
@@ -327,6 +352,8 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     import_tensor_intrinsics()
     settings = MeasureSettings(verify=False)
     runner_obj, fingerprint = make_runner(runner, settings, target)
+    if db_dir is not None:
+        claim_database(db_dir, fingerprint)
     tvm_target = fingerprint.tvm_target()
     setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
     if strategy in CHECKPOINT_STRATEGIES:
@@ -383,7 +410,7 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     whose deployed kernel is reported too (a benchmark's budgets), each checked against NumPy."""
     from tvm.s_tir import meta_schedule as ms
 
-    setup = prepare(strategy, trials, checkpoint, runner, transfer, target)
+    setup = prepare(strategy, trials, checkpoint, runner, transfer, target, db_dir)
     tvm_target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
     mod = workload.irmodule()

@@ -16,7 +16,9 @@ from metatune.zoo.errors import ZooError
 
 README_FILE = "README.md"
 ZOO_ENV = "METATUNE_ZOO"
-TRAIN_HINT = "train one with `make train-zoo` (or `metatune train ... && metatune zoo publish RUN_DIR`)"
+TRAIN_HINT = ("train one: `metatune zoo adapt --from CHECKPOINT` adapts another device's checkpoint in minutes; "
+              "for a native one add train/configs/DEVICE.yaml (a copy of a shipped config naming this device and "
+              "its dataset) and run `make train-zoo DEVICES=DEVICE` (hours: it measures the dataset first)")
 
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 SAFE_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")

@@ -240,6 +240,26 @@ def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_default_strategies_are_those_that_can_run_here(tmp_path, monkeypatch, small_dataset):
+    """Left out, --strategies holds xgb-transfer only where a dataset can pretrain it, and for --model
+    what whole-model tuning offers; named without a dataset, xgb-transfer stops the bench before it measures."""
+    from metatune.bench.harness import SUITE_STRATEGIES, default_strategies
+
+    notes: list[str] = []
+    monkeypatch.setenv("METATUNE_DATASET", str(tmp_path))
+    assert default_strategies(None, notes.append) == ["metatune", "xgb", "random"]
+    assert len(notes) == 1 and "xgb-transfer left out" in notes[0] and str(tmp_path) in notes[0]
+    monkeypatch.setenv("METATUNE_DATASET", str(small_dataset))
+    assert default_strategies(None, notes.append) == list(SUITE_STRATEGIES) and len(notes) == 1
+    proc = run_cli("bench", "--model", "nosuchnet", "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and "nosuchnet" in proc.stderr and "not available for --model" not in proc.stderr
+    out = tmp_path / "b"
+    proc = run_cli("bench", "--suite", "quick", "--strategies", "metatune,xgb-transfer", "--no-references",
+                   "--out", str(out), env={"METATUNE_DATASET": str(tmp_path / "none")})
+    assert proc.returncode == 2 and "xgb-transfer needs the training records" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (out / "runs").exists()
+
+
 def test_a_strategy_can_name_its_checkpoint(tmp_path):
     """Two checkpoints side by side in one bench: each run tunes with its own, and keeps its label."""
     suite = tmp_path / "suite.yaml"
@@ -327,7 +347,8 @@ def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path)
     references = json.loads((out / "references.json").read_text())
     assert PASSES <= len(references["torch"]["tiny"]["passes_us"]) <= PASSES + 1
     assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= PASSES + 1
-    assert "| fp32 peak GFLOPS | 1.0 |" in table and "| tiny PyTorch GFLOPS | 1.0 |" in table
+    assert f"| fp32 peak GFLOPS | 1.0 | {references['fp32_peak_gflops']:.1f} |" in table
+    assert f"| tiny PyTorch GFLOPS | 1.0 | {references['torch']['tiny']['gflops']:.1f} |" in table
 
 
 def bench_run(name: str, strategy: str, gflops: float) -> Run:

@@ -24,12 +24,11 @@ ZOO = REPO_ROOT / "zoo"
 
 
 def shipped_entry() -> dict[str, str]:
-    """The newest entry of the shipped zoo's index (empty without a zoo)."""
-    index = ZOO / "index.json"
-    return json.loads(index.read_text())[-1] if index.exists() else {}
+    """The newest entry of the shipped zoo's index."""
+    return json.loads((ZOO / "index.json").read_text())[-1]
 
 
-SHIPPED_ID = f"{shipped_entry()['device_id']}/{shipped_entry()['version']}" if shipped_entry() else ""
+SHIPPED_ID = f"{shipped_entry()['device_id']}/{shipped_entry()['version']}"
 
 SPEC = """name: tiny
 seed: 1
@@ -296,7 +295,6 @@ CASES: list[tuple[str, Build, str]] = [
 ]
 
 
-@pytest.mark.skipif(not SHIPPED_ID, reason="no shipped zoo checkpoint")
 @pytest.mark.parametrize("build, fragment", [pytest.param(b, f, id=name) for name, b, f in CASES])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, build: Build, fragment: str) -> None:
     args, env = build(tmp_path)
@@ -307,7 +305,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, build: Build, fragment
     assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
 
 
-@pytest.mark.skipif(not SHIPPED_ID, reason="no shipped zoo checkpoint")
 def test_nearest_device_warning_is_one_line_without_code_location(tmp_path: Path) -> None:
     """A zoo whose only checkpoint claims another device of this machine's family: resolving warns
     (printed by -v), then loading stops at the card that disagrees with the index."""

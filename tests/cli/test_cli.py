@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,15 @@ def test_json_goes_to_a_file_whole_or_straight_into_a_pipe(tmp_path):
     check_json_out(Path("-"), dash_prints=True)
     with pytest.raises(MetatuneError, match="give a file name"):
         check_json_out(Path("-"))
+
+
+def test_default_tune_folder_is_keyed_by_what_makes_another_run():
+    """Re-running a command resumes its folder; another target, runner, seed or checkpoint starts afresh."""
+    from metatune.cli.tune import default_db_dir
+
+    base = ("metatune", "dense:m=16,n=16,k=16", None, "local", 0, "auto")
+    assert default_db_dir(*base).parent == Path("runs") / "tune"
+    changed = [base[:2] + ("llvm -mcpu=haswell",) + base[3:], base[:3] + ("rpc://127.0.0.1:9190/cpu",) + base[4:],
+               base[:4] + (1, "auto"), base[:5] + ("x86_64-znver5-2c/v2",)]
+    assert len({default_db_dir(*base), *(default_db_dir(*args) for args in changed)}) == 5
+

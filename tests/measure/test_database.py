@@ -51,6 +51,7 @@ def test_another_database_gives_its_getters_order(target):
     filled(database, target)
     records = records_in_trial_order(database, WORKLOAD.irmodule())
     assert sorted(float(r.run_secs[0]) for r in records) == sorted(LATENCIES)
+    assert [float(r.run_secs[0]) for r in records] == [float(r.run_secs[0]) for r in database.get_all_tuning_records()]
 
 
 # Repeats whose mean and median disagree: trial 1 has the lowest median; trial 4 ties trial 3's mean,

@@ -14,7 +14,6 @@ from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.features import NUM_FEATURES
 from metatune.encode.graphs import FeatureStats, GraphBuilder, encode_programs
 from metatune.encode.supergraph import GraphEncoder, Template
-from metatune.fileio import REPO_ROOT
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.features import VariantFeatures
 from metatune.search.gradient.program import build
@@ -27,7 +26,6 @@ from tests.conftest import SMALL_SHAPES
 C6 = "C6"  # ResNet-18 conv2d 128x28x28, 3x3: a padding stage with a compute location
 DENSE = SMALL_SHAPES["dense"]
 TINY_DENSE = "dense:m=4,n=4,k=4"  # small enough to enumerate every configuration
-ZOO = REPO_ROOT / "zoo"
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,7 +221,6 @@ def test_rounding_always_gives_a_valid_configuration(workload):
 # Tuning
 
 
-@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
 def test_gradient_strategy_tunes_and_verifies(tmp_path):
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
@@ -238,7 +235,6 @@ def test_gradient_strategy_tunes_and_verifies(tmp_path):
     assert len(keys) == len(set(keys)) == 16, "a configuration was measured twice"
 
 
-@pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
 def test_a_batch_spreads_over_descents_and_keeps_an_exploration_share(target):
     """Seeds that descend into one basin must not fill a batch with near-copies of one tiling."""
     from tvm.s_tir import meta_schedule as ms

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from metatune.fileio import LOCK_FILE, RECORD_FILE, REPO_ROOT, WORKLOAD_FILE
+from metatune.fileio import LOCK_FILE, RECORD_FILE, WORKLOAD_FILE
 from tests.processes import Stopped, group_members, json_lines, run, start, stop, wait_until
 
 SMALL = "dense:m=16,n=32,k=24"
@@ -85,7 +85,6 @@ def test_a_torn_database_resumes(ctrl_c, tmp_path):
     assert len(records(db)) == before + 4
 
 
-@pytest.mark.skipif(not (REPO_ROOT / "zoo" / "index.json").exists(), reason="no shipped zoo checkpoint")
 def test_sigterm_stops_the_metatune_strategy(tmp_path):
     db = tmp_path / "db"
     args = tune_args(db, "metatune")

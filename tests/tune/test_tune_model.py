@@ -10,11 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metatune.fileio import REPO_ROOT
 from metatune.measure.reference_timing import MAX_PASSES, PASS_S, PASSES
-
-ZOO = REPO_ROOT / "zoo"
-needs_zoo = pytest.mark.skipif(not (ZOO / "index.json").exists(), reason="no shipped zoo checkpoint")
 
 
 def tune(*args: str) -> subprocess.CompletedProcess:
@@ -135,7 +131,6 @@ def softmax_module():
     return IRModule({"main": te.create_prim_func([x, topi.nn.softmax(x)])})
 
 
-@needs_zoo
 def test_tasks_metatune_cannot_encode_go_to_xgb(target, tmp_path):
     """Routing on real candidates: an encodable conv2d is scored by metatune's model, a softmax
     by XGBModel; a task wrongly routed to metatune moves to XGBModel, with the reason."""
@@ -236,7 +231,6 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert len(resumed["comparison"]["ratios"]) == PASSES
 
 
-@needs_zoo
 def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, target):
     """Resuming routes every task's earlier measurements to the model that tunes it: the
     encodable tasks' to metatune's (its predictions move), the others' to XGBModel."""
@@ -270,7 +264,6 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
     assert not np.allclose(metatune.predict(context, candidates), cold), "metatune's model ignored the records"
 
 
-@needs_zoo
 def test_tinycnn_with_metatune_tunes_every_task_with_its_model(tmp_path):
     """The metatune strategy end to end: every task of tinycnn is tuned by metatune's model
     (routing to XGBModel is covered by test_tasks_metatune_cannot_encode_go_to_xgb)."""
@@ -283,3 +276,14 @@ def test_tinycnn_with_metatune_tunes_every_task_with_its_model(tmp_path):
     assert result["checkpoint"].startswith("x86_64-")
     tuners = {t["name"]: t["tuner"] for t in result["tasks"]}
     assert set(tuners.values()) == {"metatune"} and result["fallback_tasks"] == []
+
+
+def test_a_gpu_target_is_refused_before_the_model_is_imported(tmp_path):
+    """The tuned network runs on this machine's CPU: tuning it for a GPU would fail only after tuning."""
+    from metatune import MetatuneError
+    from metatune.tune.model_tuner import tune_model
+
+    with pytest.raises(MetatuneError, match="is a GPU: tune its operators one by one with --workload"):
+        tune_model(str(tmp_path / "missing.onnx"), 2, "random", tmp_path / "db", target="nvidia/nvidia-h100")
+    assert not list((tmp_path / "db").glob("*.json"))  # nothing measured, no device claimed
+
