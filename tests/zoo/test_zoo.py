@@ -482,21 +482,26 @@ def test_hf_push_and_pull_with_a_fake_client(tmp_path, monkeypatch):
     assert zoo.verify(local).ok
 
 
+def fake_hub(monkeypatch, source: Path, entries: list) -> None:
+    """A Hub repo (offline) holding these entries of the zoo at `source`."""
+
+    def snapshot_download(repo_id, revision, local_dir, allow_patterns):
+        import shutil
+
+        for entry in entries:
+            shutil.copytree(source / entry.path, Path(local_dir) / entry.path)
+        return local_dir
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+
+
 def test_a_pull_leaves_out_a_checkpoint_this_code_cannot_load_and_publishes_the_rest(tmp_path, monkeypatch):
     """One stale checkpoint on the Hub (another template version) must not block, nor half-publish, a pull."""
     source = tmp_path / "remote-zoo"
     stale = zoo.publish(make_run(tmp_path, SPR, "old", template="test-template-0"), source,
                         template_version="test-template-0")
     current = zoo.publish(make_run(tmp_path, SPR, "new", seed=3), source)
-
-    def snapshot_download(repo_id, revision, local_dir, allow_patterns):
-        import shutil
-
-        for entry in (stale, current):
-            shutil.copytree(source / entry.path, Path(local_dir) / entry.path)
-        return local_dir
-
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    fake_hub(monkeypatch, source, [stale, current])
     local = tmp_path / "zoo"
     with pytest.warns(zoo.ZooWarning, match="v1 left out: .*test-template-0"):
         added = zoo.pull_from_hub("me/metatune-zoo", local)
@@ -519,15 +524,7 @@ def test_a_pull_with_one_bad_checkpoint_publishes_none(tmp_path, monkeypatch):
     data = bytearray(bad.weights_path.read_bytes())
     data[-1] ^= 0xFF
     bad.weights_path.write_bytes(bytes(data))
-
-    def snapshot_download(repo_id, revision, local_dir, allow_patterns):
-        import shutil
-
-        for entry in (good, bad):
-            shutil.copytree(source / entry.path, Path(local_dir) / entry.path)
-        return local_dir
-
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    fake_hub(monkeypatch, source, [good, bad])
     local = tmp_path / "zoo"
     with pytest.raises(ChecksumError, match="v2"):
         zoo.pull_from_hub("me/metatune-zoo", local)
