@@ -45,6 +45,7 @@ from metatune.learn.evaluate import (
 from metatune.learn.named_checkpoint import NamedCheckpoint, load_from_zoo, open_checkpoint
 from metatune.learn.train import portable_path
 from metatune.zoo import ZooEntry, default_zoo_dir, read_index, read_zoo_card
+from metatune.zoo.index import code_template_version
 
 Echo = Callable[[str], object]
 METHODS = ("source", "source-finetune", "adapted", "native", "scratch", "xgb", "xgb-transfer")
@@ -190,15 +191,18 @@ class TransferStudy:
         }
 
 
-def zoo_checkpoints_of(device_id: str, root: Path) -> tuple[NamedCheckpoint | None, NamedCheckpoint | None]:
-    """The newest native and the newest adapted zoo checkpoint of a device (None where it has none)."""
-    found: dict[bool, tuple[ZooEntry, dict[str, Any]]] = {}
+def zoo_checkpoints_of(device_id: str, root: Path, roles: set[str]) -> tuple[NamedCheckpoint | None,
+                                                                              NamedCheckpoint | None]:
+    """The newest native and the newest adapted zoo checkpoint of a device that this code can load
+    (None where it has none), each loaded only if its role ("native", "adapted") is in `roles`."""
+    found: dict[str, tuple[ZooEntry, dict[str, Any]]] = {}
     for entry in sorted(read_index(root), key=lambda e: e.number):
-        if entry.device_id == device_id:
+        if entry.device_id == device_id and entry.template_version == code_template_version(entry.arch):
             card = read_zoo_card(entry)
-            found[bool(card.get("adapted_from"))] = entry, card
-    named = {adapted: NamedCheckpoint(load_from_zoo(e), e.id, e.sha256, card) for adapted, (e, card) in found.items()}
-    return named.get(False), named.get(True)
+            found["adapted" if card.get("adapted_from") else "native"] = entry, card
+    named = {role: NamedCheckpoint(load_from_zoo(e), e.id, e.sha256, card)
+             for role, (e, card) in found.items() if role in roles}
+    return named.get("native"), named.get("adapted")
 
 
 def write_study(out: Path, study: TransferStudy, config: EvalConfig, result: EvalResult) -> Path:
@@ -239,8 +243,8 @@ def run_study(source_name: str, data: Path, config: EvalConfig, native: str | No
         raise MetatuneError(f"{data} is not a dataset (no card.json); build it with `metatune dataset build`")
     root = zoo_root if zoo_root is not None else default_zoo_dir()
     source = open_checkpoint(source_name, root)
-    zoo_native, zoo_adapted = (None, None) if native and adapted else zoo_checkpoints_of(card["device"]["device_id"],
-                                                                                          root)
+    wanted = {role for role, given in (("native", native), ("adapted", adapted)) if not given and role in config.methods}
+    zoo_native, zoo_adapted = zoo_checkpoints_of(card["device"]["device_id"], root, wanted)
     study = TransferStudy(
         source, data,
         native=open_checkpoint(native, root) if native else zoo_native,
