@@ -7,6 +7,7 @@ machine code, so they hold on any machine.
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import numpy as np
@@ -54,16 +55,30 @@ def test_random_configurations_of_every_family_encode_on_every_target_class(fami
     assert encoded == 2 * len(space)
 
 
+@functools.lru_cache(maxsize=None)
+def imported_module(model: str):
+    """A shipped model's Relax module, imported once for all target classes (the import does not
+    depend on the target; task extraction, which does, transforms a copy)."""
+    from metatune.workload.model_source import ModelSource
+    from metatune.workload.relax_tasks import import_model
+
+    return import_model(ModelSource.parse(model)).mod
+
+
 @pytest.mark.parametrize("target_class", CLASSES)
 @pytest.mark.parametrize("model", ["resnet18", "tinycnn"])
 def test_metatune_encodes_every_task_of_the_shipped_models_on_every_target_class(model, target_class):
     """`tune --model` reports these as fallback_tasks: none may fall back to XGBModel."""
+    import tvm
+
     from metatune.tune.model_tuner import task_coverage
-    from metatune.workload.model_source import ModelSource
-    from metatune.workload.relax_tasks import extract_tasks, import_model
+    from metatune.workload.relax_tasks import extract_tasks
 
     target = _target(target_class)
-    tasks = extract_tasks(import_model(ModelSource.parse(model)).mod, target)
+    mod = imported_module(model)
+    before = tvm.ir.save_json(mod)
+    tasks = extract_tasks(mod, target)
+    assert tvm.ir.save_json(mod) == before  # the shared module is not changed by the extraction
     uncovered = {name: why for name, why in task_coverage(tasks, target).items() if why is not None}
     assert len(tasks) == {"resnet18": 19, "tinycnn": 4}[model] and uncovered == {}
 
