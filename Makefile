@@ -20,7 +20,7 @@ setup: $(STAMP)  ## create .venv and install metatune with pinned dependencies
 demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkpoint (metatune strategy)
 	$(BIN)/metatune device
 	$(BIN)/metatune zoo resolve
-	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --db runs/demo-C6 --json runs/demo-C6.json
+	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --json runs/demo-C6.json  # its database: runs/tune/, per device
 
 train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing or unfinished) → train → evaluate → publish, per train/configs/*.yaml (DEVICES="ID ..." for some)
 	$(BIN)/python -m metatune.learn.train_zoo $(DEVICES)

@@ -63,9 +63,9 @@ def tune(
                                     "--target's or the RPC server's); else a checkpoint path "
                                     "(weights file, run or zoo version directory) or a zoo id DEVICE_ID/vN."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes. "
-                                      "Default: a folder under runs/tune/ named by strategy and workload and keyed "
-                                      "by target, runner, seed and checkpoint. It holds one device's records: a run "
-                                      "measuring on another device is refused."),
+                                      "Default: a folder under runs/tune/ named by strategy, workload and device, "
+                                      "keyed by target, runner, seed and checkpoint. It holds one device's records: "
+                                      "a run measuring on another device is refused."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
@@ -87,11 +87,15 @@ def tune(
 
 
 def default_db_dir(strategy: str, what: str, target: Optional[str], runner: str, seed: int, checkpoint: str) -> Path:
-    """A run folder named by strategy and workload (or model), keyed by everything else that makes a
-    run another run (target, runner, seed, checkpoint), the same in every process, so that re-running
-    a command without --db resumes it and changing one of these starts afresh."""
+    """A run folder named by strategy, workload (or model) and the device measured on (this machine's,
+    or --target's, id; `rpc` for RPC servers), keyed by everything else that makes a run another run
+    (target, runner, seed, checkpoint): the same in every process, so that re-running a command without
+    --db resumes it, and on another machine, or with one of these changed, starts afresh."""
+    from metatune.env.device import fingerprint_for_target
+
+    device = fingerprint_for_target(target).device_id if runner == "local" else "rpc"
     key = hashlib.sha256(f"{what}|{target or 'host'}|{runner}|{seed}|{checkpoint}".encode()).hexdigest()[:10]
-    return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{key}"
+    return Path("runs") / "tune" / f"{strategy}-{what.split(':', 1)[0]}-{device}-{key}"
 
 
 @contextmanager

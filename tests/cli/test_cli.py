@@ -121,7 +121,10 @@ def test_default_tune_folder_is_keyed_by_what_makes_another_run():
     from metatune.cli.tune import default_db_dir
 
     base = ("metatune", "dense:m=16,n=16,k=16", None, "local", 0, "auto")
-    assert default_db_dir(*base).parent == Path("runs") / "tune"
+    from metatune.env.device import local_fingerprint
+
+    here = default_db_dir(*base)
+    assert here.parent == Path("runs") / "tune" and f"-{local_fingerprint().device_id}-" in here.name
     changed = [base[:2] + ("llvm -mcpu=haswell",) + base[3:], base[:3] + ("rpc://127.0.0.1:9190/cpu",) + base[4:],
                base[:4] + (1, "auto"), base[:5] + ("x86_64-znver5-2c/v2",)]
     assert len({default_db_dir(*base), *(default_db_dir(*args) for args in changed)}) == 5
