@@ -20,13 +20,14 @@ setup: $(STAMP)  ## create .venv and install metatune with pinned dependencies
 demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkpoint (metatune strategy)
 	$(BIN)/metatune device
 	$(BIN)/metatune zoo resolve
+	mkdir -p runs
 	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --json runs/demo-C6.json  # its database: runs/tune/, per device
 
 train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing or unfinished) → train → evaluate → publish, per train/configs/*.yaml (DEVICES="ID ..." for some)
 	$(BIN)/python -m metatune.learn.train_zoo $(DEVICES)
 
 bench: $(STAMP)  ## head-to-head on ResNet-18's layers (hours; resumable): every strategy, PyTorch and peak references
-	$(BIN)/metatune bench --suite resnet18 --budgets 16,32,64,128,256 --strategies metatune,xgb,xgb-transfer,random --out runs/bench-resnet18
+	$(BIN)/metatune bench --suite resnet18 --budgets 16,32,64,128,256 --out runs/bench-resnet18  # xgb-transfer where this device has a dataset
 
 test: $(STAMP)  ## fast test suite (what CI runs)
 	$(BIN)/python -m pytest -q

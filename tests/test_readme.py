@@ -21,3 +21,18 @@ def test_readme_opens_with_two_make_targets_that_exist():
 def test_readme_paragraphs_are_not_duplicated():
     paragraphs = [p.strip() for p in (ROOT / "README.md").read_text().split("\n\n") if len(p.strip()) > 80]
     assert len(paragraphs) == len(set(paragraphs))
+
+
+def test_every_make_target_writes_only_into_folders_that_exist_or_it_makes():
+    """A fresh clone has no runs/: a command given `--json runs/x.json` refuses a missing folder (before
+    its work), so the recipe must make it first. `--db` and `--out` folders are made by the commands."""
+    recipes = re.findall(r"^([a-z][\w-]*):.*\n((?:\t.*\n)*)", (ROOT / "Makefile").read_text(), re.M)
+    tracked = {p.parts[0] for p in ROOT.iterdir()}
+    for target, recipe in recipes:
+        made: set[str] = set()
+        for line in recipe.splitlines():
+            made |= set(re.findall(r"mkdir -p (\S+)", line))
+            for path in re.findall(r"--json (\S+)", line.split("#")[0]):
+                parent = str(Path(path).parent)
+                assert parent == "." or parent in made or (parent in tracked and (ROOT / parent).is_dir()
+                                                           and parent != "runs"), (target, path)

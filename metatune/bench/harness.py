@@ -96,14 +96,16 @@ def check_strategies(strategies: list[str]) -> None:
 def check_transfer_dataset(target: str | None) -> None:
     """xgb-transfer pretrains on the dataset of the device tuned for (`--target`, this machine by
     default): a one-line error naming it where there is none."""
-    training_feature_caches(default_dataset_dir(fingerprint_for_target(target).device_id))
+    dataset = default_dataset_dir(fingerprint_for_target(target).device_id)
+    training_feature_caches(dataset)
 
 
 def default_strategies(target: str | None, echo: Callable[[str], None]) -> list[str]:
     """SUITE_STRATEGIES, with xgb-transfer left out (and said so) where the device has no dataset to
     pretrain it on: a bench on a new machine runs rather than stopping at its first xgb-transfer run."""
+    dataset = default_dataset_dir(fingerprint_for_target(target).device_id)  # a bad --target fails here, as itself
     try:
-        check_transfer_dataset(target)
+        training_feature_caches(dataset)
     except MetatuneError as missing:
         echo(f"note: xgb-transfer left out of the default strategies: {missing}")
         return [s for s in SUITE_STRATEGIES if s != "xgb-transfer"]

@@ -29,6 +29,7 @@ from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.model_tuner import check_strategy, tune_model
+from metatune.tune.tuner import DEVICE_FILE
 from metatune.workload.model_source import ModelSource, Shape
 from metatune.workload.relax_tasks import ImportedModel, import_model, load_model
 from metatune.workload.torch_model import TorchModel
@@ -144,6 +145,8 @@ def replay(imported: ImportedModel, strategy: str, repeat: int, trials: int, run
     replay_dir.mkdir(parents=True, exist_ok=True)
     (replay_dir / WORKLOAD_FILE).write_text((run_dir / WORKLOAD_FILE).read_text())
     (replay_dir / RECORD_FILE).write_text("\n".join(records[:trials]) + "\n")
+    if (run_dir / DEVICE_FILE).exists():  # the records' device: a replay on another one is refused
+        (replay_dir / DEVICE_FILE).write_text((run_dir / DEVICE_FILE).read_text())
     library = replay_dir / f"{imported.name}-t{trials}.so"
     tuned = tune_model(imported, trials, strategy, replay_dir, checkpoint=checkpoint, runner=runner, seed=repeat,
                        target=target, export=library, reference_passes=reference_passes)

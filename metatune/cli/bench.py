@@ -91,7 +91,7 @@ def bench(
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
-    strategies = strategies or default_strategies(model, target)
+    strategies = strategies or default_strategies(model, target, tuning=not (retime or references_only or report_only))
     with stop_cleanly():
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
@@ -107,15 +107,19 @@ def bench(
                               references, report_only, target, reference_passes)
 
 
-def default_strategies(model: Optional[str], target: Optional[str]) -> str:
-    """`--strategies` left out: what whole-model tuning offers for --model, else the suite's default
-    less what this device cannot run."""
+def default_strategies(model: Optional[str], target: Optional[str], tuning: bool) -> str:
+    """`--strategies` left out: what whole-model tuning offers for --model, else the suite's default,
+    less what this device cannot run where the bench tunes (re-timing and reports take every run in
+    --out, whichever machine tuned it)."""
     if model is not None:
         from metatune.tune.model_tuner import MODEL_STRATEGIES
 
         return ",".join(MODEL_STRATEGIES)
+    from metatune.bench.harness import SUITE_STRATEGIES
     from metatune.bench.harness import default_strategies as suite_strategies
 
+    if not tuning:
+        return ",".join(SUITE_STRATEGIES)
     return ",".join(suite_strategies(target, echo=lambda m: typer.echo(m, err=True)))
 
 

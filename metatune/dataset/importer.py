@@ -100,7 +100,7 @@ def plan_import(store: DatasetStore, sources: list[Source]) -> tuple[Plan, int]:
         chosen: dict[str, tuple] = {}  # config -> its record: the first success, else the first failure
         for source in group:
             for config, record, failed in source.records:
-                if config in seen or (config in chosen and (failed or not chosen[config][2])):
+                if config in seen or (config in chosen and (failed is not None or chosen[config][2] is None)):
                     duplicates += 1
                     continue
                 duplicates += config in chosen  # a failure (e.g. a transient timeout) gives way to a success

@@ -50,7 +50,10 @@ class CurvePoint:
 
 
 def _median_pairwise(model: CostModel, builder: GraphBuilder, sets: Sequence[EncodedWorkload]) -> float:
-    return float(np.median([pairwise_accuracy(predict_all(model, builder, w).numpy(), w.log_thr.numpy()) for w in sets]))
+    """Median over workloads, leaving out one whose records all measured alike (its accuracy is undefined)."""
+    values = [pairwise_accuracy(predict_all(model, builder, w).numpy(), w.log_thr.numpy()) for w in sets]
+    defined = [v for v in values if not np.isnan(v)]
+    return float(np.median(defined)) if defined else float("nan")
 
 
 def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, seed: int) -> list[EncodedWorkload]:

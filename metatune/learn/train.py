@@ -358,9 +358,8 @@ def run_evaluate(data_dir: Path, run_dir: Path, config_path: Path | None, echo: 
     torch.set_num_threads(config.threads)
     main = TrainedModel.load(run_dir / WEIGHTS_FILE)
     pretrained = TrainedModel.load(run_dir / PRETRAINED_FILE)
-    plain = TrainedModel.load(run_dir / PLAIN_FILE) if "ablation" in planned_jobs(config) else None
-    if methods is not None and "metatune-plain" not in methods:
-        plain = None
+    wants_plain = "ablation" in planned_jobs(config) and (methods is None or "metatune-plain" in methods)
+    plain = TrainedModel.load(run_dir / PLAIN_FILE) if wants_plain else None
     _, _, _, heldout = load_splits(data_dir, config)
     setup_s: dict[str, float] = {}
     methods = {**gcn_methods(config, heldout, main, pretrained, plain), **xgb_methods(config, data_dir, heldout, setup_s, echo)}

@@ -283,6 +283,15 @@ def error_tail(err: BaseException) -> str:
     return text.splitlines()[-1][:80] if text else type(err).__name__
 
 
+def _from_numpy(value: Any) -> Any:
+    """A decision with numpy integers as Python ints; anything else as it is (for `check` to judge)."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, tuple) and any(isinstance(x, np.integer) for x in value):
+        return tuple(int(x) if isinstance(x, np.integer) else x for x in value)
+    return value
+
+
 def _to_decision(value: Any) -> Decision:
     if isinstance(value, (int, np.integer)):
         return int(value)
@@ -492,7 +501,7 @@ class KnobSpace:
         A compute location TVM cannot use is snapped to a valid one: the returned candidate's
         `config` holds the applied decisions; with `strict`, a snapped configuration is None.
         """
-        config = Config(config.space, tuple(None if d is None else _to_decision(d) for d in config.decisions))
+        config = Config(config.space, tuple(_from_numpy(d) for d in config.decisions))
         problem = self.check(config)  # on Python ints: a decision taken from numpy is the same decision
         if problem is not None:
             count(self.rejected, f"config: {problem.split(':')[0]}")

@@ -104,10 +104,10 @@ def check_strategy(strategy: str) -> None:
 
 
 def check_model_target(target: str | None) -> None:
-    """A tuned model is compiled, checked and timed on this machine's CPU (`model_runtime`): a GPU
-    target is refused at once, not after its tuning."""
-    if target is not None and fingerprint_for_target(target).arch == "cuda":
-        raise MetatuneError(f"--model tunes a network run on this machine's CPU; --target {target} is a GPU: "
+    """A tuned model is compiled, checked and timed on this machine's CPU (`model_runtime`): any other
+    target (a GPU) is refused at once, not after its tuning."""
+    if target is not None and fingerprint_for_target(target).tvm_target().kind.name != "llvm":
+        raise MetatuneError(f"--model tunes a network run on this machine's CPU; --target {target} is not a CPU: "
                             "tune its operators one by one with --workload")
 
 

@@ -44,6 +44,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
 from metatune.env.device import usable_cores
+from metatune.env.target import parse_target, target_json
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
 from metatune.env.plugin import MEASURE_CALLBACK, plugin_class
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers, import_tensor_intrinsics
@@ -244,6 +245,7 @@ def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: li
     `tuning_loop` (stops at a batch boundary, ends the measurer's workers) and profiled."""
     from tvm.s_tir import meta_schedule as ms
 
+    claim_database(db_dir, setup.fingerprint)
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
     if done > 0 and cold_tasks:
         cost_model = warm_start(cost_model, database, setup.target, cold_tasks)
@@ -267,24 +269,47 @@ def hold_database(db_dir: Path) -> AbstractContextManager[None]:
 DEVICE_FILE = "device.json"  # in a tuning database: the device its records were measured on
 
 
+def check_database_device(db_dir: Path, fingerprint: Any) -> None:
+    """A database holds one device's measurements, as a dataset does: a run measuring on another
+    device (another --runner or --target) is refused before it measures, where it would mix its
+    latencies with theirs and resume from them. The device is the one DEVICE_FILE names; a database
+    without one (older, or TVM's own) must have its records compiled for this run's target."""
+    path = db_dir / DEVICE_FILE
+    if path.exists():
+        try:
+            claimed = json.loads(path.read_text())["device_id"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise MetatuneError(f"{path} does not say which device {db_dir} was measured on ({err}); "
+                                "delete it only if every record there was measured on this device") from err
+        if claimed != fingerprint.device_id:
+            raise MetatuneError(f"{db_dir} holds measurements of {claimed}, and this run measures on "
+                                f"{fingerprint.device_id}: give it another --db (records of two devices do not mix)")
+        return
+    ours = target_json(fingerprint.tvm_target())
+    for raw in _record_targets(db_dir):
+        theirs = target_json(parse_target(json.loads(raw)))
+        if theirs != ours:
+            raise MetatuneError(f"{db_dir} holds records compiled for {theirs}, and this run compiles for {ours} "
+                                f"({fingerprint.device_id}): give it another --db (records of two devices do not mix)")
+
+
+def _record_targets(db_dir: Path) -> set[str]:
+    """The distinct targets (as JSON text) of the database's records."""
+    path = db_dir / RECORD_FILE
+    if not path.exists():
+        return set()
+    lines = (line for line in path.read_text().splitlines() if line.strip())
+    return {json.dumps(json.loads(line)[1][2], sort_keys=True) for line in lines}
+
+
 def claim_database(db_dir: Path, fingerprint: Any) -> None:
-    """A database holds one device's measurements, as a dataset does: its first run names the device
-    in DEVICE_FILE, and a run measuring on another device (another --runner or --target) is refused
-    before it measures, where it would mix its latencies with theirs and resume from them."""
+    """Name the device in DEVICE_FILE once a run on it is about to measure (not before: a setup that
+    fails must not claim an empty database for a device that never measured there)."""
     path = db_dir / DEVICE_FILE
     if not path.exists():
         db_dir.mkdir(parents=True, exist_ok=True)
         claim = {"device_id": fingerprint.device_id, "target": str(fingerprint.tvm_target())}
         write_atomic(path, (json.dumps(claim, indent=1) + "\n").encode())
-        return
-    try:
-        claimed = json.loads(path.read_text())["device_id"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise MetatuneError(f"{path} does not say which device {db_dir} was measured on ({err}); "
-                            "delete it only if every record there was measured on this device") from err
-    if claimed != fingerprint.device_id:
-        raise MetatuneError(f"{db_dir} holds measurements of {claimed}, and this run measures on "
-                            f"{fingerprint.device_id}: give it another --db (records of two devices do not mix)")
 
 
 def repair_database(db_dir: Path) -> list[str]:
@@ -340,7 +365,7 @@ class TuningSetup:
 
 def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None,
             target: str | None = None, db_dir: Path | None = None) -> TuningSetup:
-    """Validate the request (`db_dir`: the database must be this device's, `claim_database`), then
+    """Validate the request (`db_dir`: the database must be this device's, `check_database_device`), then
     set up measurement and the strategy's checkpoint or pretrained model. xgb-transfer trains its
     model from this device's dataset unless `transfer` is given (slow: pass one when tuning many
     workloads)."""
@@ -353,7 +378,7 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     settings = MeasureSettings(verify=False)
     runner_obj, fingerprint = make_runner(runner, settings, target)
     if db_dir is not None:
-        claim_database(db_dir, fingerprint)
+        check_database_device(db_dir, fingerprint)
     tvm_target = fingerprint.tvm_target()
     setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
     if strategy in CHECKPOINT_STRATEGIES:

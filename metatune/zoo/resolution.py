@@ -120,7 +120,7 @@ def resolve(device: DeviceFingerprint | str | None = None, root: Path | None = N
             f"no zoo checkpoint for device {device.device_id}; using {best.id} trained on {best.device_id} "
             f"(nearest in the {device.isa_family} family: {why})"
             + (f"; {', '.join(e.id for e in stale)} for this device use(s) an old template" if stale else "")
-            + f". Predictions may be less accurate: adapt this one to the device in about 15 min with "
+            + f". Predictions may be less accurate: adapt this one to the device in about 10 min with "
             f"`metatune zoo adapt --from {best.id}`, or train a native one (`make train-zoo DEVICES="
             f"{device.device_id}` with a config train/configs/{device.device_id}.yaml)"
         )

@@ -97,6 +97,15 @@ def assert_database_keeps_to_its_device(db: Path) -> None:
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
     assert f"holds measurements of {here.device_id}" in refused.stderr and "another --db" in refused.stderr
     assert trial_keys(db) == before
+    (db / DEVICE_FILE).unlink()  # a database from before device files: its records' target decides
+    refused = tune("--workload", SMALL, "--trials", "24", "--strategy", "random", "--target", other, "--db", str(db))
+    assert refused.returncode == 2 and "holds records compiled for" in refused.stderr, refused.stderr
+    # a run whose setup fails (xgb-transfer without a dataset) claims nothing: the database stays open to any device
+    fresh = db.parent / "fresh"
+    failed = tune("--workload", SMALL, "--trials", "8", "--strategy", "xgb-transfer", "--db", str(fresh),
+                  env={"METATUNE_DATASET": str(db.parent / "no-dataset")})
+    assert failed.returncode == 2 and "xgb-transfer needs" in failed.stderr, failed.stderr
+    assert not (fresh / DEVICE_FILE).exists()
 
 
 def assert_metatune_reads(database, target) -> None:

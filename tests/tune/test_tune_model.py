@@ -283,7 +283,7 @@ def test_a_gpu_target_is_refused_before_the_model_is_imported(tmp_path):
     from metatune import MetatuneError
     from metatune.tune.model_tuner import tune_model
 
-    with pytest.raises(MetatuneError, match="is a GPU: tune its operators one by one with --workload"):
+    with pytest.raises(MetatuneError, match="is not a CPU: tune its operators one by one with --workload"):
         tune_model(str(tmp_path / "missing.onnx"), 2, "random", tmp_path / "db", target="nvidia/nvidia-h100")
     assert not list((tmp_path / "db").glob("*.json"))  # nothing measured, no device claimed
 
