@@ -32,7 +32,14 @@ from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.check import device_type
 from metatune.measure.reference_timing import MAX_PASSES, check_max_passes
 from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url
-from metatune.tune.tuner import CHECKPOINT_STRATEGIES, STRATEGIES, measured_latencies, resolve_checkpoint, tune_workload
+from metatune.tune.tuner import (
+    CHECKPOINT_STRATEGIES,
+    STRATEGIES,
+    check_database_device,
+    measured_latencies,
+    resolve_checkpoint,
+    tune_workload,
+)
 
 REFERENCES_FILE = "references.json"
 SUITE_STRATEGIES = ("metatune", "xgb", "xgb-transfer", "random")  # `bench`'s default, less what cannot run here
@@ -232,13 +239,17 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
 
 def check_request(config: BenchConfig) -> None:
     """Fail at once, as one line, on what would fail every run alike (a target this machine cannot
-    tune for, a checkpoint that does not load, a malformed runner, xgb-transfer without a dataset),
+    tune for, a checkpoint that does not load, a malformed runner, xgb-transfer without a dataset,
+    databases in --out measured on another device),
     before anything is measured:
     from then on an error is one run's failure, recorded while the others go on."""
     local = config.runner == "local"
     fingerprint = fingerprint_for_target(config.target) if local else None
     if fingerprint is not None:
         require_runnable(fingerprint)
+        for _, key in plan(load_suite(config.suite), config.strategies, config.repeats):
+            if key.db_dir(config.out).exists():  # an --out tuned on another machine: one line, not a failure per run
+                check_database_device(key.db_dir(config.out), fingerprint)
     elif not config.runner.startswith("rpc:"):
         raise RunnerSpecError(f"unknown runner {config.runner!r}: expected 'local' or {RPC_URL_FORM}")
     else:

@@ -285,12 +285,18 @@ def check_database_device(db_dir: Path, fingerprint: Any) -> None:
             raise MetatuneError(f"{db_dir} holds measurements of {claimed}, and this run measures on "
                                 f"{fingerprint.device_id}: give it another --db (records of two devices do not mix)")
         return
-    ours = target_json(fingerprint.tvm_target())
+    ours = _device_attributes(target_json(fingerprint.tvm_target()))
     for raw in _record_targets(db_dir):
-        theirs = target_json(parse_target(json.loads(raw)))
-        if theirs != ours:
+        theirs = _device_attributes(target_json(parse_target(json.loads(raw))))
+        if any(ours.get(key) != value for key, value in theirs.items()):
             raise MetatuneError(f"{db_dir} holds records compiled for {theirs}, and this run compiles for {ours} "
                                 f"({fingerprint.device_id}): give it another --db (records of two devices do not mix)")
+
+
+def _device_attributes(target: dict[str, Any]) -> dict[str, Any]:
+    """What of a target names its device: kind, CPU (`mcpu`) or GPU (`arch`) and cores, where given (a
+    record of plain `llvm`, as TVM's own tuners write, names only its kind: this machine's CPU)."""
+    return {key: target[key] for key in ("kind", "mcpu", "arch", "num-cores") if key in target}
 
 
 def _record_targets(db_dir: Path) -> set[str]:

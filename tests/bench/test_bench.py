@@ -448,6 +448,18 @@ def test_a_failed_run_is_recorded_and_the_bench_goes_on(tmp_path):
     assert not (out / "failures.json").exists() and "**Failed**" not in (out / "table.md").read_text()
 
 
+def test_an_out_folder_measured_on_another_device_ends_the_bench_at_once(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n")
+    out = tmp_path / "out"
+    (out / "runs" / "tiny" / "random-r0").mkdir(parents=True)
+    (out / "runs" / "tiny" / "random-r0" / "device.json").write_text('{"device_id": "x86_64-elsewhere-2c"}')
+    proc = run_cli("bench", "--suite", str(suite), "--strategies", "random", "--budgets", "2", "--no-references",
+                   "--out", str(out))
+    assert proc.returncode == 2 and "holds measurements of x86_64-elsewhere-2c" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (out / "failures.json").exists()
+
+
 def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path):
     """A checkpoint that does not exist would fail every run alike: one line, exit 2, nothing recorded."""
     suite = tmp_path / "suite.yaml"

@@ -83,6 +83,29 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
         assert_database_keeps_to_its_device(tmp_path / "db")
 
 
+def test_a_database_without_a_device_file_is_judged_by_its_records_target(tmp_path):
+    """Older databases, and TVM's own (plain `llvm`: this machine's CPU), resume; records compiled for
+    another CPU class do not."""
+    from metatune import MetatuneError
+    from metatune.env.device import local_fingerprint
+    from metatune.fileio import RECORD_FILE
+    from metatune.tune.tuner import check_database_device
+
+    here = local_fingerprint()
+
+    def database_of(target: dict) -> Path:
+        db = tmp_path / str(len(list(tmp_path.iterdir())))
+        db.mkdir()
+        (db / RECORD_FILE).write_text(json.dumps([0, [[], [1e-3], target, []]]) + "\n")
+        return db
+
+    check_database_device(database_of({"kind": "llvm"}), here)
+    check_database_device(database_of({"kind": "llvm", "keys": ["cpu"], **here.target}), here)
+    other = "nehalem" if here.isa_class == "haswell" else "haswell"
+    with pytest.raises(MetatuneError, match=f"holds records compiled for .*'mcpu': '{other}'"):
+        check_database_device(database_of({"kind": "llvm", "mcpu": other, "num-cores": here.num_cores}), here)
+
+
 def assert_database_keeps_to_its_device(db: Path) -> None:
     """The database names the device it was measured on; a run measuring on another device (this CPU
     compiled as another class) is refused before it measures, and the records stay as they were."""
