@@ -100,17 +100,21 @@ def check_strategies(strategies: list[str]) -> None:
         raise MetatuneError(f"--strategies names a strategy twice: {', '.join(strategies)}")
 
 
+def transfer_dataset(target: str | None) -> Path:
+    """The dataset xgb-transfer pretrains on: that of the device tuned for (`--target`, this machine by
+    default), as `metatune tune` finds it."""
+    return default_dataset_dir(fingerprint_for_target(target).device_id)
+
+
 def check_transfer_dataset(target: str | None) -> None:
-    """xgb-transfer pretrains on the dataset of the device tuned for (`--target`, this machine by
-    default): a one-line error naming it where there is none."""
-    dataset = default_dataset_dir(fingerprint_for_target(target).device_id)
-    training_feature_caches(dataset)
+    """A one-line error where xgb-transfer has no dataset to pretrain on."""
+    training_feature_caches(transfer_dataset(target))
 
 
 def default_strategies(target: str | None, echo: Callable[[str], None]) -> list[str]:
     """SUITE_STRATEGIES, with xgb-transfer left out (and said so) where the device has no dataset to
     pretrain it on: a bench on a new machine runs rather than stopping at its first xgb-transfer run."""
-    dataset = default_dataset_dir(fingerprint_for_target(target).device_id)  # a bad --target fails here, as itself
+    dataset = transfer_dataset(target)  # a bad --target fails here, as itself
     try:
         training_feature_caches(dataset)
     except MetatuneError as missing:
@@ -248,8 +252,8 @@ def check_request(config: BenchConfig) -> None:
     if fingerprint is not None:
         require_runnable(fingerprint)
         for _, key in plan(load_suite(config.suite), config.strategies, config.repeats):
-            if key.db_dir(config.out).exists():  # an --out tuned on another machine: one line, not a failure per run
-                check_database_device(key.db_dir(config.out), fingerprint)
+            if (db := key.db_dir(config.out)).exists():  # an --out tuned elsewhere: one line, not a failure per run
+                check_database_device(db, fingerprint)
     elif not config.runner.startswith("rpc:"):
         raise RunnerSpecError(f"unknown runner {config.runner!r}: expected 'local' or {RPC_URL_FORM}")
     else:
@@ -349,5 +353,4 @@ def _transfer_model(echo: Callable[[str], None], target: str | None) -> Any:
     bench tunes for (`--target`; this machine by default), as `metatune tune` would train it."""
 
     import_tensor_intrinsics()
-    fp = fingerprint_for_target(target)
-    return TransferredXGB.from_dataset(default_dataset_dir(fp.device_id), fp.tvm_target(), echo=echo)
+    return TransferredXGB.from_dataset(transfer_dataset(target), fingerprint_for_target(target).tvm_target(), echo=echo)

@@ -8,8 +8,6 @@ are averaged over repeats, then reported as the median over workloads.
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -22,7 +20,7 @@ from metatune.cost_model.gcn import CostModel
 from metatune.cost_model.xgb import xgb_predict
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
 from metatune.learn.maml import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by, task_loss
-from metatune.learn.metrics import all_metrics
+from metatune.learn.metrics import all_metrics, median_defined
 
 if TYPE_CHECKING:
     from metatune.cost_model.xgb import RecordTask
@@ -174,16 +172,9 @@ def evaluate(tasks: Sequence[EncodedWorkload], methods: dict[str, Method], confi
         for k, by_w in by_k.items():
             metric_names = next(iter(by_w.values())).keys()
             result.metrics.setdefault(name, {})[k] = {
-                m: _median([v[m] for v in by_w.values()]) for m in metric_names
+                m: median_defined([v[m] for v in by_w.values()]) for m in metric_names
             } | {"workloads": len(by_w)}
     return result
-
-
-def _median(values: list[float]) -> float:
-    """Median over workloads, leaving out a workload where the metric is undefined (NaN: e.g. a pairwise
-    accuracy where every query configuration measured alike), which `statistics.median` would not."""
-    defined = [v for v in values if not math.isnan(v)]
-    return float(statistics.median(defined)) if defined else float("nan")
 
 
 def format_table(result: EvalResult, metrics: Sequence[str] = ("pairwise_acc", "mse", "mse_d", "peak@1", "peak@5")) -> str:

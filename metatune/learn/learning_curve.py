@@ -32,7 +32,7 @@ from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.config import TrainConfig, load_config
 from metatune.learn.maml import PretrainConfig, predict_all, pretrain
 from metatune.learn.named_checkpoint import NamedCheckpoint
-from metatune.learn.metrics import pairwise_accuracy
+from metatune.learn.metrics import median_defined, pairwise_accuracy
 from metatune.learn.train import load_splits, new_model
 from metatune.progress import progress_bar
 
@@ -51,9 +51,7 @@ class CurvePoint:
 
 def _median_pairwise(model: CostModel, builder: GraphBuilder, sets: Sequence[EncodedWorkload]) -> float:
     """Median over workloads, leaving out one whose records all measured alike (its accuracy is undefined)."""
-    values = [pairwise_accuracy(predict_all(model, builder, w).numpy(), w.log_thr.numpy()) for w in sets]
-    defined = [v for v in values if not np.isnan(v)]
-    return float(np.median(defined)) if defined else float("nan")
+    return median_defined([pairwise_accuracy(predict_all(model, builder, w).numpy(), w.log_thr.numpy()) for w in sets])
 
 
 def subsample(train: Sequence[EncodedWorkload], fraction: float, records: int, seed: int) -> list[EncodedWorkload]:

@@ -10,6 +10,10 @@ model's top-k picks (1.0 = the model's top-k contains the optimum).
 
 from __future__ import annotations
 
+import math
+import statistics
+from typing import Sequence
+
 import numpy as np
 
 
@@ -45,6 +49,13 @@ def peak_score(pred: np.ndarray, true_log_thr: np.ndarray, k: int) -> float:
     """best throughput among the model's top-k / best throughput overall (≤ 1)."""
     top = np.argsort(-pred, kind="stable")[:k]
     return float(2.0 ** (true_log_thr[top].max() - true_log_thr.max()))
+
+
+def median_defined(values: Sequence[float]) -> float:
+    """Median over workloads, leaving out those where a metric is undefined (NaN: e.g. pairwise accuracy
+    where every configuration measured alike); `statistics.median` with a NaN depends on the order."""
+    defined = [v for v in values if not math.isnan(v)]
+    return float(statistics.median(defined)) if defined else float("nan")
 
 
 def all_metrics(pred: np.ndarray, true_log_thr: np.ndarray) -> dict[str, float]:
