@@ -286,16 +286,25 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
     replacing those in references.json and leaving the tuning runs alone; returns the markdown
     table of what changed."""
     suite = load_suite(config.suite)
-    threads = _tvm_threads()
     old = _load_references(config.out)
-    references: dict[str, Any] = {"torch": {}}
     device = reference_device(config.target)
+    if old and (old_device := old.get("device", "cpu")) != device:
+        raise MetatuneError(f"the references in {config.out} were measured on {old_device}, these would be measured "
+                            f"on {device}: pass the --target the bench was tuned for")
+    threads = _tvm_threads()
+    references: dict[str, Any] = {"torch": {}}
     _measure_peak(threads, references, echo, device, config.reference_passes)
     for bench_workload in suite:
+        write_json(config.out / REFERENCES_FILE, _measured_so_far(old, references))  # a stop keeps what was measured
         echo(f"measuring PyTorch eager on {bench_workload.name}")
         _measure_reference(bench_workload, threads, references, echo, device, config.reference_passes)
     write_json(config.out / REFERENCES_FILE, references)
     return changes(old, references)
+
+
+def _measured_so_far(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The old references with those measured again so far replaced."""
+    return {**old, **new, "torch": {**old.get("torch", {}), **new["torch"]}}
 
 
 def reference_device(target: str | None) -> str:

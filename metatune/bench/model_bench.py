@@ -42,9 +42,11 @@ def onnx_twin(imported: ImportedModel, folder: Path) -> ModelSource | None:
     if not isinstance(model, TorchModel):
         return None
     path = folder / f"{model.source.name}.onnx"
-    if not path.exists():
+    if not path.exists():  # written under another name first: a stop mid-export leaves no torn file to reuse
         folder.mkdir(parents=True, exist_ok=True)
-        model.export_onnx(path)
+        partial = path.with_name(f".{path.name}.partial")
+        model.export_onnx(partial)
+        partial.replace(path)
     return ModelSource.parse(str(path), model.source.input_shapes or [i.shape for i in model.inputs])
 
 
@@ -57,6 +59,24 @@ def against_onnxruntime(library: Path, twin: ModelSource, threads: int, max_pass
     spec = ReferenceSpec.model(twin, threads)
     repeat = model_runtime.repeats_for(run_s, spec.pass_s)
     return compare(spec, lambda: compiled.latency_ms(inputs, repeat), max_passes=max_passes)
+
+
+MODEL_FILE = "model.json"
+
+
+def claim_folder(folder: Path, imported: ImportedModel) -> None:
+    """A model's bench folder holds one model with one set of input shapes: resuming it with other
+    shapes would report the finished runs of the first as the second's."""
+    what = {"model": imported.model.source.spec, "inputs": [list(i.shape) for i in imported.model.inputs]}
+    path = folder / MODEL_FILE
+    if path.exists():
+        held = json.loads(path.read_text())
+        if held != what:
+            raise MetatuneError(f"{folder} holds a bench of {held['model']} with inputs {held['inputs']}, not of "
+                                f"{what['model']} with inputs {what['inputs']}: use another --out")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, what)
 
 
 def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
@@ -91,6 +111,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
                                           reference_passes))
     totals, replays = sorted(set(trials_totals)), sorted(set(replay_at or []))
     name = imported.name
+    claim_folder(out / "model" / name, imported)
     twin = onnx_twin(imported, out / "model" / name)
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]
     progress = progress or BenchProgress(total=len(runs) * totals[-1])
@@ -161,7 +182,7 @@ def model_table(out: Path) -> str:
     """Model latency per strategy and trial total (median of repeats) against the source library
     and, where measured, onnxruntime, from the run JSONs; a speed-up is the median of the runs'
     paired-pass speed-ups, `unstable` when any run's timing was."""
-    runs = [json.loads(p.read_text()) for p in sorted((out / "model").glob("*/*.json"))]
+    runs = [json.loads(p.read_text()) for p in sorted((out / "model").glob("*/*.json")) if p.name != MODEL_FILE]
     if not runs:
         return ""
     lines = ["| model | strategy | trials | repeats | TVM ms | reference | reference ms | reference / TVM | "

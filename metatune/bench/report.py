@@ -76,6 +76,14 @@ def load_runs(out: Path) -> list[Run]:
     return [Run(json.loads(p.read_text())) for p in sorted((out / "runs").glob("*/*.json"))]
 
 
+def budgets_reached(out: Path, budgets: list[int]) -> list[int]:
+    """Those of `budgets` the longest run in `out` reached (all of them when it holds no run)."""
+    longest = max((run.data["trials"] for run in load_runs(out)), default=None) if (out / "runs").is_dir() else None
+    if longest is None:
+        return budgets
+    return [b for b in budgets if b <= longest] or [longest]
+
+
 def workload_order(runs: list[Run]) -> list[str]:
     order: list[str] = []
     for r in sorted(runs, key=lambda r: r.data.get("started", "")):

@@ -57,7 +57,9 @@ def bench(
                                                        "trials left it (its database cut to N records; comma-"
                                                        "separated, up to the largest --trials-total): how soon a "
                                                        "strategy reaches a latency, all timed side by side."),
-    budgets: str = typer.Option("16,32,64,128,256", help="Trial budgets to report; each run goes to the largest."),
+    budgets: Optional[str] = typer.Option(None, help="Trial budgets to report; each run goes to the largest. Default: "
+                                                     "16,32,64,128,256; with --report-only, --retime or "
+                                                     "--references-only, those of them the runs in --out reached."),
     strategies: Optional[str] = typer.Option(None, help="Comma-separated strategies, named as for tune --strategy; "
                                              "a checkpoint strategy may name its own, STRATEGY@CHECKPOINT (a zoo id "
                                              "or path). Default: metatune,xgb,xgb-transfer,random, xgb-transfer left "
@@ -123,14 +125,29 @@ def default_strategies(model: Optional[str], target: Optional[str], tuning: bool
     return ",".join(suite_strategies(target, echo=lambda m: typer.echo(m, err=True)))
 
 
-def run_references_command(suite: str, budgets: str, strategies: str, out: Path, target: str | None = None,
+DEFAULT_BUDGETS = (16, 32, 64, 128, 256)
+
+
+def tuning_budgets(budgets: str | None) -> list[int]:
+    return parse_ints(budgets, "--budgets", "16,32,64") if budgets is not None else list(DEFAULT_BUDGETS)
+
+
+def report_budgets(budgets: str | None, out: Path) -> list[int]:
+    """--budgets, else those of the defaults the runs in `out` reached: a table rebuilt from a
+    64-trial bench gets no empty 128- and 256-trial columns."""
+    from metatune.bench.report import budgets_reached
+
+    return tuning_budgets(budgets) if budgets is not None else budgets_reached(out, list(DEFAULT_BUDGETS))
+
+
+def run_references_command(suite: str, budgets: str | None, strategies: str, out: Path, target: str | None = None,
                            reference_passes: int = REFERENCE_PASSES) -> None:
     """`--references-only`: the suite's references measured again with the fresh-process routine, the change
     tabulated, and the bench table (if any runs exist) rebuilt against them."""
     from metatune.bench.harness import BenchConfig, remeasure_references
     from metatune.bench.report import write_report
 
-    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+    config = BenchConfig(suite=suite, budgets=report_budgets(budgets, out),
                          strategies=parse_list(strategies, "--strategies"), out=out, target=target,
                          reference_passes=reference_passes)
     typer.echo(remeasure_references(config, echo=lambda m: typer.echo(m, err=True)))
@@ -138,14 +155,14 @@ def run_references_command(suite: str, budgets: str, strategies: str, out: Path,
         typer.echo(write_report(out, config.budgets))
 
 
-def run_retime_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, rounds: int,
+def run_retime_command(suite: str, budgets: str | None, strategies: str, repeats: int, out: Path, rounds: int,
                        target: str | None = None) -> None:
     """`--retime`: the deployed kernels of every run in `out` timed again side by side; the table rebuilt."""
     from metatune.bench.harness import BenchConfig
     from metatune.bench.report import write_report
     from metatune.bench.retime import retime_bench
 
-    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+    config = BenchConfig(suite=suite, budgets=report_budgets(budgets, out),
                          strategies=parse_list(strategies, "--strategies"), repeats=repeats, out=out, target=target)
     retime_bench(config, rounds, echo=lambda m: typer.echo(m, err=True))
     typer.echo(write_report(out, config.budgets))
@@ -166,7 +183,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
     if not report_only:
         # checked before the console writes its log into out
         check_request(model, trials_totals, names, shapes, replay_at, reference_passes)
-        check_model_target(target)
+        check_model_target(target, runner)
         with bench_console(out, f"bench {model}", len(names) * repeats * max(trials_totals)) as progress:
             run_model_bench(model, trials_totals, names, repeats, out, checkpoint, runner, trials_per_iter, progress,
                             target, shapes, replay_at, reference_passes)
@@ -177,7 +194,7 @@ def run_model_bench_command(model: str, trials_totals: list[int], strategies: st
     typer.echo(table)
 
 
-def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, out: Path, checkpoint: str,
+def run_bench_command(suite: str, budgets: str | None, strategies: str, repeats: int, out: Path, checkpoint: str,
                       runner: str, trials_per_iter: int, references: bool, report_only: bool,
                       target: str | None = None, reference_passes: int = REFERENCE_PASSES) -> None:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
@@ -186,7 +203,7 @@ def run_bench_command(suite: str, budgets: str, strategies: str, repeats: int, o
     from metatune.bench.harness import BenchConfig, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
 
-    config = BenchConfig(suite=suite, budgets=parse_ints(budgets, "--budgets", "16,32,64"),
+    config = BenchConfig(suite=suite, budgets=report_budgets(budgets, out) if report_only else tuning_budgets(budgets),
                          strategies=parse_list(strategies, "--strategies"),
                          repeats=repeats, out=out, checkpoint=checkpoint, runner=runner,
                          trials_per_iter=trials_per_iter, references=references, target=target,

@@ -182,6 +182,10 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     )
     if json_out is not None:
         write_json(result.to_json(), json_out)
+    if result.best_latency_us is None:
+        typer.echo(f"error: none of the {result.trials} trials succeeded (their errors: {db_dir / 'logs'}); "
+                   "nothing was tuned", err=True)
+        raise typer.Exit(1)
 
 
 def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
@@ -196,7 +200,7 @@ def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: 
 
     shapes = [parse_shape(text) for text in input_shape or []]
     source = check_request(model, shapes, strategy)
-    check_model_target(target)
+    check_model_target(target, runner)
     passes = REFERENCE_PASSES if reference_passes is None else reference_passes
     check_max_passes(passes)
     if export is not None and not export.parent.is_dir():

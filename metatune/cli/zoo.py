@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from metatune import MetatuneError
 from metatune.cli.common import TARGET_HELP, echo_json, stop_cleanly
 from metatune.fileio import REPO_ROOT
+
+if TYPE_CHECKING:
+    from metatune.env.device import DeviceFingerprint
 
 app = typer.Typer(help="Device-specific cost-model checkpoints: list, show, verify, publish, pull, resolve, adapt.",
                   no_args_is_help=True)
@@ -159,7 +162,12 @@ def zoo_resolve(
         typer.echo(f"{res.entry.id}\t{res.entry.directory}")
 
 
-ADAPT_SPEC = REPO_ROOT / "datasets" / "specs" / "adapt-cpu.yaml"
+SPECS = REPO_ROOT / "datasets" / "specs"
+
+
+def default_adapt_spec(device: "DeviceFingerprint") -> Path:
+    """adapt-cpu.yaml for a CPU, adapt-cuda.yaml (no winograd: TVM has no CUDA space for it) for a GPU."""
+    return SPECS / ("adapt-cuda.yaml" if device.tvm_target().kind.name == "cuda" else "adapt-cpu.yaml")
 
 
 @app.command("adapt")
@@ -169,12 +177,15 @@ def zoo_adapt(
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     samples: int = typer.Option(48, min=32, help="Random configurations measured per workload: 32 at least, so that "
                                                 "each validation workload still ranks after 16 support samples."),
-    spec: Path = typer.Option(ADAPT_SPEC, help="The workloads to measure (a dataset spec; its held-out workloads "
-                                               "choose the adaptation)."),
+    spec: Optional[Path] = typer.Option(None, help="The workloads to measure (a dataset spec; its held-out workloads "
+                                                   "choose the adaptation). Default: datasets/specs/adapt-cpu.yaml, "
+                                                   "adapt-cuda.yaml for a GPU."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default runs/adapt-DEVICE_ID in the current directory)."),
     data: Optional[Path] = typer.Option(None, help="Where the measurements go (default datasets/DEVICE_ID-SPEC_NAME, "
                                                    "beside the shipped datasets: keep its sealed shards with the "
-                                                   "published checkpoint); running again resumes the measuring."),
+                                                   "published checkpoint); running again resumes the measuring. "
+                                                   "A complete one (e.g. `dataset build` on a GPU machine) is "
+                                                   "adapted from on any machine, for its device: no --target."),
     publish: bool = typer.Option(True, help="Publish the adapted checkpoint as the device's next zoo version."),
     zoo: Optional[Path] = ZOO_OPTION,
     as_json: bool = JSON_OPTION,
@@ -193,8 +204,13 @@ def zoo_adapt(
     from metatune.learn.adapt import run_adapt
     from metatune.learn.named_checkpoint import open_checkpoint
 
-    device = fingerprint_for_target(target)
-    require_runnable(device)
+    device = measured_device(data, spec, samples) if data is not None else None
+    if device is None:  # measuring (or resuming it) here
+        device = fingerprint_for_target(target)
+        require_runnable(device)
+    elif target is not None and fingerprint_for_target(target).device_id != device.device_id:
+        raise MetatuneError(f"--data {data} was measured on {device.device_id}, not on --target {target}")
+    spec = spec if spec is not None else default_adapt_spec(device)
     root = _root(zoo)
     named = open_checkpoint(source, root)
     info = named.provenance()
@@ -218,6 +234,20 @@ def zoo_adapt(
                    "published": None if entry is None else entry.id})
     elif entry is not None:
         typer.echo(f"published {entry.id} -> {entry.directory} (adapted from {info['id']})")
+
+
+def measured_device(data: Path, spec: Optional[Path], samples: int) -> "DeviceFingerprint | None":
+    """The device a complete `--data` build was measured on (its spec: --spec, else the default
+    for that device), else None: adapting from it needs neither measuring nor that device here."""
+    from metatune.dataset.builder import complete_build
+    from metatune.dataset.card import read_card
+    from metatune.env.device import DeviceFingerprint
+
+    card = read_card(data)
+    if card is None:
+        return None
+    spec = spec if spec is not None else default_adapt_spec(DeviceFingerprint.from_json(card["device"]))
+    return complete_build(spec, data, samples)
 
 
 def _root(zoo_dir: Optional[Path]) -> Path:

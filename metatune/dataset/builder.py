@@ -30,18 +30,18 @@ from typing import TYPE_CHECKING
 from metatune import MetatuneError, __version__
 from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.spec import DatasetSpec, load_spec
-from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
+from metatune.dataset.store import RECORD_FILE, DatasetStore, WorkloadStore, config_key
+from metatune.env.device import DeviceFingerprint
 from metatune.env.interrupt import Interrupted
 from metatune.fileio import hold_directory
 from metatune.measure.cpu_load import DISTURBING_CORES, OtherLoad
 from metatune.measure.measurer import Measurer, MeasureSettings
 from metatune.measure.runners import make_runner
 from metatune.progress import progress_bar
-from metatune.space.knob_space import DesignSpaces
+from metatune.space.knob_space import DesignSpaces, UnsupportedOnTarget
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
-    from metatune.env.device import DeviceFingerprint
     from metatune.measure.measurer import Measurer, MeasureResult
 
 logger = logging.getLogger(__name__)
@@ -127,6 +127,7 @@ class DatasetBuilder:
         self.remeasured_batches = prior_load.get("remeasured_batches", 0)
         # a resumed build is watched only if its earlier parts were (a card from before the check has none)
         self.watched_throughout = self.watch_load and (not prior or bool(prior_load.get("watched")))
+        spaces = self._design_spaces([s for s in stores if not s.sealed])
         if not prior:  # the device and spec on record before the first record: a crash cannot lose them
             self._write_card(0.0)
         with progress_bar() as bar:
@@ -136,7 +137,7 @@ class DatasetBuilder:
                     if store.sealed:
                         continue
                     bar.update(task, status=str(store.workload)[:60])
-                    self._measure_workload(store, lambda n: bar.update(task, advance=n))
+                    self._measure_workload(store, spaces[str(store.workload)], lambda n: bar.update(task, advance=n))
                     bar.update(task, completed=sum(min(s.num_records, target) for s in stores))
                     self._write_card(prior_wall + time.perf_counter() - start)
             except Interrupted:
@@ -144,9 +145,24 @@ class DatasetBuilder:
                 raise
         return self._write_card(prior_wall + time.perf_counter() - start)
 
-    def _measure_workload(self, store: WorkloadStore, advance) -> None:
+    def _design_spaces(self, stores: list[WorkloadStore]) -> dict[str, DesignSpaces]:
+        """The design spaces of every workload still to measure, before anything is measured: a
+        workload TVM cannot schedule on this target stops the build at once, with every such one named."""
+        spaces, unsupported = {}, []
+        for store in stores:
+            try:
+                spaces[str(store.workload)] = DesignSpaces(store.workload, self.measurer.target)
+            except UnsupportedOnTarget:
+                unsupported.append(str(store.workload))
+        if unsupported:
+            kind = self.measurer.target.kind.name
+            raise MetatuneError(f"{len(unsupported)} workload(s) of spec {self.spec.name} have no MetaSchedule design "
+                                f"space on {kind} (a TVM limitation): {', '.join(unsupported)}; leave their families "
+                                "out of the spec" + (" (datasets/specs/adapt-cuda.yaml does)" if kind == "cuda" else ""))
+        return spaces
+
+    def _measure_workload(self, store: WorkloadStore, spaces: DesignSpaces, advance) -> None:
         target = self.spec.samples_per_workload
-        spaces = DesignSpaces(store.workload, self.measurer.target)
         store.ensure_workload_line(spaces.mod)
         tvm_workload = store.tvm_workload()
         while store.num_records < target:
@@ -259,9 +275,7 @@ def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: in
 
     Every spec error surfaces before anything is measured, or `out` created. `out` has one writer
     at a time: two builds would measure the same configurations and seal shards with duplicates."""
-    spec = load_spec(spec_path)
-    if samples is not None:
-        spec = spec.model_copy(update={"samples_per_workload": samples})
+    spec = _load_spec(spec_path, samples)
     spec.training_workloads()
     settings = MeasureSettings(build_workers=workers, run_timeout_s=10.0, verify=verify)
     runner_obj, fingerprint = make_runner(runner, settings, target)
@@ -270,3 +284,22 @@ def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: in
         return DatasetBuilder(spec, out, measurer, fingerprint, batch_size=batch, watch_load=runner == "local",
                               retries_under_load=retries_under_load).run()
 
+
+
+def _load_spec(spec_path: Path, samples: int | None) -> DatasetSpec:
+    spec = load_spec(spec_path)
+    return spec if samples is None else spec.model_copy(update={"samples_per_workload": samples})
+
+
+def complete_build(spec_path: Path, out: Path, samples: int | None = None) -> DeviceFingerprint | None:
+    """The device `out` was measured on if it already holds every record of the spec (as
+    `build_dataset` would finish it), else None: what comes after the measuring (adapting a
+    checkpoint) then needs neither the device nor a build."""
+    card = read_card(out)
+    spec = _load_spec(spec_path, samples)
+    if card is None or "source" in card or card.get("spec_hash") != spec.digest():
+        return None
+    store = DatasetStore(out, repair=False)
+    if not all(store.workload_dir(p.workload).joinpath(RECORD_FILE + ".gz").exists() for p in plan(spec)):
+        return None
+    return DeviceFingerprint.from_json(card["device"])

@@ -27,7 +27,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from metatune import MetatuneError, __version__
-from metatune.dataset.builder import build_dataset
+from metatune.dataset.builder import build_dataset, complete_build
 from metatune.dataset.card import read_card
 from metatune.encode.graphs import load_encoded, split_sets
 from metatune.encode.supergraph import GraphEncoder
@@ -168,7 +168,8 @@ def run_adapt(source: TrainedModel, source_info: dict[str, Any], spec: Path, sam
     config = config or AdaptConfig()
     data_dir = data_dir if data_dir is not None else out / "data"
     start = time.perf_counter()
-    build_dataset(spec, data_dir, target=target, samples=samples)
+    if complete_build(spec, data_dir, samples) is None:  # measured elsewhere already: no device needed
+        build_dataset(spec, data_dir, target=target, samples=samples)
     measured = time.perf_counter()
     echo(f"measured in {(measured - start) / 60:.1f} min; adapting {source_info['id']}")
     adaptation = adapt_to(source, data_dir, config, echo)

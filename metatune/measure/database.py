@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metatune import MetatuneError
-from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
+from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, write_atomic
 from metatune.measure.measurer import median_latency, successful_run_seconds
 
 if TYPE_CHECKING:
@@ -47,6 +47,27 @@ def _lines_of(workload_path: Path, record_path: Path, mod: Any) -> list[tuple[An
         if index in workloads and workloads[index][0] == target_hash:
             out.append((workloads[index], record))
     return out
+
+
+FAILED_RUN_SECS = [1e10]  # how MetaSchedule's AddToDatabase records a run that failed
+
+
+def mark_failed(db_dir: Path, mod: Any, trial: int) -> None:
+    """Record trial `trial` of `mod` (an index into `trial_lines`) as failed, as MetaSchedule records
+    a failed run: for a kernel that ran but computes wrong results, which no budget may deploy."""
+    from tvm.s_tir.meta_schedule.database import Workload as TVMWorkload
+
+    path = db_dir / RECORD_FILE
+    target_hash = str(TVMWorkload(mod).as_json()[0])
+    ours = {index for index, workload in json_lines(db_dir / WORKLOAD_FILE) if workload[0] == target_hash}
+    lines = path.read_text().splitlines(keepends=True)
+    numbers = [n for n, (index, _) in json_lines(path) if index in ours]
+    if not 0 <= trial < len(numbers):
+        raise MetatuneError(f"{path} holds {len(numbers)} trials of this workload, not a trial {trial + 1}")
+    index, record = json.loads(lines[numbers[trial]])
+    record[1] = FAILED_RUN_SECS
+    lines[numbers[trial]] = json.dumps([index, record]) + "\n"
+    write_atomic(path, "".join(lines).encode())
 
 
 def trial_lines(db_dir: Path, mod: Any) -> list[tuple[Any, Any]]:

@@ -38,7 +38,7 @@ from metatune.workload.operators import Workload
 if TYPE_CHECKING:
     import tvm
     from tvm.s_tir.meta_schedule import MeasureCandidate
-    from tvm.s_tir.meta_schedule.runner import Runner
+    from tvm.s_tir.meta_schedule.runner import Runner, RunnerResult
 
 
 FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
@@ -46,9 +46,18 @@ FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
 
 def successful_run_seconds(run_secs: Any) -> list[float] | None:
     """The run times of a measurement (TVM FloatImms or floats), or None if it failed: no times,
-    or MetaSchedule's failure marker."""
+    MetaSchedule's failure marker, or a time no kernel takes (zero, negative, NaN: a broken timer)."""
     secs = [float(getattr(v, "value", v)) for v in (run_secs or [])]
-    return secs if secs and max(secs) < FAILED_RUN_S else None
+    return secs if secs and all(0.0 < s < FAILED_RUN_S for s in secs) else None
+
+
+def with_failed_timings(results: Sequence["RunnerResult"]) -> list["RunnerResult"]:
+    """The runner's results with a time no kernel takes turned into an error, for a model that
+    learns from them (TVM's XGBModel stops on an infinite throughput label)."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    return [r if r.error_msg or successful_run_seconds(r.run_secs) is not None
+            else RunnerResult(run_secs=None, error_msg="no valid run time (zero, negative or NaN)") for r in results]
 
 
 def median_latency(run_secs: Sequence[float], *, high: bool = False) -> float:

@@ -388,6 +388,12 @@ def torch_operator(workload: Workload) -> Callable[..., "torch.Tensor"]:
         return lambda x, w: F.conv_transpose1d(x, w, stride=p["stride"], padding=p["pad"])
     if family in ("conv2d", "conv2d_winograd"):
         return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"])
+    if family == "conv2d_bias":  # the bias is (1, k, 1, 1), as TOPI broadcasts it
+        return lambda x, w, b: F.conv2d(x, w, b.reshape(-1), stride=p["stride"], padding=p["pad"])
+    if family == "conv2d_bias_relu":
+        return lambda x, w, b: torch.relu(F.conv2d(x, w, b.reshape(-1), stride=p["stride"], padding=p["pad"]))
+    if family == "conv2d_bias_add_relu":  # a residual block's end: + the shortcut, then ReLU
+        return lambda x, w, b, r: torch.relu(F.conv2d(x, w, b.reshape(-1), stride=p["stride"], padding=p["pad"]) + r)
     if family == "conv2d_transpose":
         return lambda x, w: F.conv_transpose2d(x, w, stride=p["stride"], padding=p["pad"])
     if family == "depthwise_conv2d":
@@ -396,6 +402,8 @@ def torch_operator(workload: Workload) -> Callable[..., "torch.Tensor"]:
         return lambda x, w: F.linear(x, w)
     if family == "dense_bias_relu":
         return lambda x, w, b: torch.relu(F.linear(x, w, b))
+    if family == "dense_bias":  # its weight is k×n (a matmul's), not dense's n×k
+        return lambda x, w, b: torch.addmm(b, x, w)
     if family == "batch_matmul":
         return lambda a, b: torch.bmm(a, b.transpose(1, 2))
     raise MetatuneError(f"no PyTorch reference for family {family!r}")

@@ -152,11 +152,10 @@ class SearchLogic:
                 self.trials += len(picked)
                 self.stats.proposed += len(picked)
                 self.stats.batches += 1
+                self.stats.batch_s.append(round(time.perf_counter() - t0, 4))
                 return [p[0] for p in picked]
             finally:
-                dt = time.perf_counter() - t0
-                self.stats.search_s += dt
-                self.stats.batch_s.append(round(dt, 4))
+                self.stats.search_s += time.perf_counter() - t0
 
     def notify_runner_results(self, measure_candidates: list["MeasureCandidate"],
                               results: list["RunnerResult"]) -> None:

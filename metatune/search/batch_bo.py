@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Container, Iterable, Sequence
 import numpy as np
 
 from metatune.measure.database import earlier_results
+from metatune.measure.measurer import with_failed_timings
 from metatune.search import bo
 from metatune.search.base import LAST, SearchLogic, SearchStats, create_strategy
 from metatune.search.task_model import TaskModel
@@ -94,8 +95,12 @@ class BatchBOSettings:
     def __post_init__(self) -> None:
         if self.acquisition not in ("logei", "ucb"):
             raise ValueError(f"acquisition must be 'logei' or 'ucb', not {self.acquisition!r}")
-        if self.pool_random + self.pool_local < 1 or self.min_observations < 2:
-            raise ValueError("BatchBO needs a non-empty pool and min_observations >= 2")
+        if self.pool_random < 1 or self.min_observations < 2:
+            # the random entries are what a fresh task's first pool is made of: none ends it at 0 trials
+            raise ValueError("BatchBO needs pool_random >= 1 and min_observations >= 2")
+        if self.max_gp_points < self.min_observations:
+            raise ValueError(f"max_gp_points ({self.max_gp_points}) must be >= min_observations "
+                             f"({self.min_observations}): the GP could never be fitted")
         if min(self.evolve_children, self.evolve_generations, self.evolve_parents, self.evolve_keep) < 0:
             raise ValueError("the evolve_* settings must be >= 0")
         if self.max_changes < 1:
@@ -131,6 +136,11 @@ class BatchBOStats(SearchStats):
     task_picked: int = 0  # proposals chosen by the task model alone (`task_picks`)
     prior_weight: float | None = field(default=None, metadata=LAST)  # last fitted w: trust in the cost model
     task_weight: float | None = field(default=None, metadata=LAST)  # last fitted w of the task model's score
+
+
+def _best_first(raw: float | None) -> float:
+    """A sort key putting the highest cost-model output first, a NaN or missing one last."""
+    return -raw if raw is not None and math.isfinite(raw) else math.inf
 
 
 @dataclass
@@ -242,10 +252,10 @@ class CandidatePool:
         `task_raw` (the task model's outputs), `task_share` of the places go to the mutants it
         scores best, the rest to the cost model's best."""
         mutants = [c for c, e in self.entries.items() if e.mutant]
-        by_prior = sorted(mutants, key=lambda c: -float(self.entries[c].raw))  # type: ignore[arg-type]
+        by_prior = sorted(mutants, key=lambda c: _best_first(self.entries[c].raw))
         kept: set[Config] = set()
         if task_raw is not None and task_share > 0.0:
-            kept = set(sorted(mutants, key=lambda c: -task_raw[c])[: round(keep * task_share)])
+            kept = set(sorted(mutants, key=lambda c: _best_first(task_raw[c]))[: round(keep * task_share)])
         for c in by_prior:
             if len(kept) >= keep:
                 break
@@ -326,7 +336,7 @@ class _BatchBOLogic(SearchLogic):
         if self.task_model is not None:
             assert self.context is not None
             t0 = time.perf_counter()
-            self.task_model.update(self.context, measure_candidates, results)
+            self.task_model.update(self.context, measure_candidates, with_failed_timings(results))
             self.stats.task_s += time.perf_counter() - t0
 
     def _observe_record(self, config: Config, latency_s: float | None, record: "TuningRecord") -> None:
@@ -384,7 +394,7 @@ class _BatchBOLogic(SearchLogic):
         if cached:
             probe = [cached[i] for i in self.rng.choice(len(cached), min(_PROBE, len(cached)), replace=False)]
             fresh = self._predict([e.measure for e in probe])
-            if not np.allclose(fresh, [e.raw for e in probe], rtol=1e-6, atol=1e-9):
+            if not np.allclose(fresh, [e.raw for e in probe], rtol=1e-6, atol=1e-9, equal_nan=True):
                 todo = entries  # the model was updated since: everything is stale
         if todo:
             for e, r in zip(todo, self._predict([e.measure for e in todo])):

@@ -88,12 +88,9 @@ def normal_scores(values: np.ndarray, reference: np.ndarray | None = None) -> np
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
-    """A NaN/inf prediction ranks last, not first."""
+    """A NaN/inf prediction ranks last (below every value and every reference), not first."""
     values = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(values)
-    if finite.all():
-        return values
-    return np.where(finite, values, values[finite].min() if finite.any() else 0.0)
+    return np.where(np.isfinite(values), values, -np.inf)
 
 
 def score_column(z: np.ndarray) -> np.ndarray:
@@ -130,15 +127,6 @@ class FittedSurrogate:
     state: dict[str, Any]  # hyperparameters, to warm-start the next fit
 
 
-def _fit_warning_ok(w: Any) -> bool:
-    """Stopping at the iteration cap or the time limit is a result, not a failed fit
-    (BoTorch's default handler would restart from resampled hyperparameters)."""
-    from botorch.exceptions.warnings import OptimizationWarning
-
-    text = str(w.message)
-    return not issubclass(w.category, OptimizationWarning) or "ITERATIONS REACHED LIMIT" in text or "timed out" in text
-
-
 def fit_surrogate(
     x: np.ndarray,
     score: np.ndarray,
@@ -152,6 +140,8 @@ def fit_surrogate(
 
     `init` (a previous fit's `state`) warm-starts the hyperparameters; with it, a capped
     L-BFGS run (`maxiter`) suffices: unbounded fits took 300-450 evaluations, 1-3 s, on the VM.
+    Stopping at `maxiter` or `timeout_s` is a result to BoTorch, not a failure to retry; its
+    default warning handler retries other optimisation failures and passes other warnings on.
     """
     import torch
     from botorch.fit import fit_gpytorch_mll
@@ -179,7 +169,6 @@ def fit_surrogate(
     fit_gpytorch_mll(
         ExactMarginalLogLikelihood(model.likelihood, model),
         optimizer_kwargs={"options": {"maxiter": maxiter}, "timeout_sec": timeout_s},
-        warning_handler=_fit_warning_ok,
     )
     model.eval()
     with torch.no_grad():

@@ -26,6 +26,7 @@ from metatune import MetatuneError
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import fingerprint_for_target
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
+from metatune.measure.database import best_so_far, trial_lines
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
@@ -103,9 +104,13 @@ def check_strategy(strategy: str) -> None:
                             f"{', '.join(MODEL_STRATEGIES)}")
 
 
-def check_model_target(target: str | None) -> None:
+def check_model_target(target: str | None, runner: str = "local") -> None:
     """A tuned model is compiled, checked and timed on this machine's CPU (`model_runtime`): any other
-    target (a GPU) is refused at once, not after its tuning."""
+    target (a GPU) or a remote runner (kernels tuned for another machine) is refused at once, not
+    after its tuning."""
+    if runner != "local":
+        raise MetatuneError(f"--model runs the tuned network on this machine; it takes no --runner (got {runner}): "
+                            "tune a remote device's operators one by one with --workload")
     if target is not None and fingerprint_for_target(target).tvm_target().kind.name != "llvm":
         raise MetatuneError(f"--model tunes a network run on this machine's CPU; --target {target} is not a CPU: "
                             "tune its operators one by one with --workload")
@@ -118,9 +123,10 @@ def check_request(model: str, input_shapes: list[Shape], strategy: str) -> Model
     return ModelSource.parse(model, input_shapes)
 
 
-def _best_us(latencies: list[float | None]) -> float | None:
-    ok = [lat for lat in latencies if lat is not None]
-    return round(min(ok) * 1e6, 3) if ok else None
+def _deployed_us(lines: list[tuple[Any, Any]]) -> float | None:
+    """The latency of the kernel the model's build takes for a task (TVM's rule: lowest mean time)."""
+    deployed = best_so_far(lines, [len(lines)])
+    return round(deployed[0].latency_s * 1e6, 3) if deployed else None
 
 
 def task_coverage(tasks: list["ExtractedTask"], target: Any) -> dict[str, str | None]:
@@ -227,7 +233,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     start = time.perf_counter()
     check_strategy(strategy)
     check_max_passes(reference_passes)
-    check_model_target(target)
+    check_model_target(target, runner)
     imported = model if isinstance(model, ImportedModel) else import_model(ModelSource.parse(model, input_shapes or []))
     source = imported.model.source
     setup = prepare(strategy, trials, checkpoint, runner, target=target, db_dir=db_dir)
@@ -272,9 +278,9 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     tune_s = time.perf_counter() - tune_start
     results = []
     for task in tasks:
-        latencies = measured_latencies(db_dir, task.dispatched[0])
+        lines = trial_lines(db_dir, task.dispatched[0])
         results.append(TaskResult(task.task_name, int(task.weight), tuners[task.task_name],
-                                  uncovered[task.task_name], len(latencies), _best_us(latencies)))
+                                  uncovered[task.task_name], len(lines), _deployed_us(lines)))
     untuned = [r.name for r in results if r.best_latency_us is None]
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")

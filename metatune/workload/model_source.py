@@ -91,6 +91,10 @@ class ModelSource:
             return cls(spec, "python", shapes)
         if spec.endswith(".py"):
             raise MetatuneError(f"--model {spec!r}: name the function that returns the network, as FILE.py:CALLABLE")
+        if Path(spec).suffix in (".pt", ".pth", ".ckpt", ".bin", ".safetensors"):
+            raise MetatuneError(f"--model {spec!r} holds weights, not a network (and a pickle is never loaded): "
+                                "write FILE.py with a function that builds the network and loads them, and give "
+                                "FILE.py:CALLABLE")
         if spec.endswith(".onnx") or Path(spec).is_file():
             _require_file(Path(spec))
             return cls(spec, "onnx", shapes)

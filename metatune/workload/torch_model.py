@@ -95,6 +95,14 @@ def _torchvision_model(name: str) -> "torch.nn.Module":
         raise MetatuneError(f"--model torchvision:{name}: building it raised {first_line(err)}") from None
 
 
+def _raised(err: BaseException) -> str:
+    """What a user's code did instead of returning: an exception, or a sys.exit (which would end metatune)."""
+    if isinstance(err, SystemExit):
+        return (f"called sys.exit({err.code!r}): keep a script's command-line part under "
+                "`if __name__ == \"__main__\":`")
+    return f"raised {first_line(err)}"
+
+
 def _python_model(spec: str) -> "torch.nn.Module":
     """Run FILE.py (its folder first on sys.path, so it can import its neighbours) and call CALLABLE()."""
     import torch
@@ -108,20 +116,22 @@ def _python_model(spec: str) -> "torch.nn.Module":
     # registered as an import would be: dataclasses (and pickle, typing) look a class's module up there
     sys.modules[name] = code
     sys.path.insert(0, str(path.parent))
+    argv, sys.argv = sys.argv, [str(path)]  # a script parsing its arguments at import sees none, not metatune's
     try:
         module_spec.loader.exec_module(code)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         del sys.modules[name]
-        raise MetatuneError(f"--model {spec}: running {file} raised {first_line(err)}") from None
+        raise MetatuneError(f"--model {spec}: running {file} {_raised(err)}") from None
     finally:
         sys.path.remove(str(path.parent))
+        sys.argv = argv
     factory = getattr(code, attr, None)
     if not callable(factory):
         raise MetatuneError(f"--model {spec}: {file} has no callable {attr!r}")
     try:
         network = factory()
-    except Exception as err:
-        raise MetatuneError(f"--model {spec}: {attr}() raised {first_line(err)}") from None
+    except (Exception, SystemExit) as err:
+        raise MetatuneError(f"--model {spec}: {attr}() {_raised(err)}") from None
     if not isinstance(network, torch.nn.Module):
         raise MetatuneError(f"--model {spec}: {attr}() returned a {type(network).__name__}, not a torch.nn.Module")
     return network

@@ -351,6 +351,68 @@ def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path)
     assert f"| tiny PyTorch GFLOPS | 1.0 | {references['torch']['tiny']['gflops']:.1f} |" in table
 
 
+def test_references_of_another_device_are_not_replaced(tmp_path):
+    """A GPU bench's cuDNN references re-measured without its --target would become CPU numbers."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "references.json").write_text(json.dumps({"device": "cuda", "torch": {}}))
+    config = BenchConfig("quick", [2], ["random"], out=out)
+    with pytest.raises(MetatuneError, match="measured on cuda, these would be measured on cpu"):
+        remeasure_references(config, echo=lambda _: None)
+
+
+def test_references_measured_so_far_survive_a_stop(tmp_path, monkeypatch):
+    from metatune.bench import harness
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: a, workload: 'dense:m=64,n=64,k=64'}\n- {name: b, workload: 'dense:m=32,n=64,k=64'}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "references.json").write_text(json.dumps({"fp32_peak_gflops": 1.0, "torch": {"a": {"gflops": 1.0},
+                                                                                        "b": {"gflops": 2.0}}}))
+    peak = {"fp32_peak_gflops": 9.0, "fp32_peak": {}}
+    monkeypatch.setattr(harness, "fp32_peak", lambda threads, device, max_passes: peak)
+
+    def torch_reference(workload, threads, device, max_passes):
+        if workload.params["m"] == 32:
+            raise KeyboardInterrupt
+        return {"gflops": 5.0}
+
+    monkeypatch.setattr(harness, "torch_reference", torch_reference)
+    with pytest.raises(KeyboardInterrupt):
+        remeasure_references(BenchConfig(str(suite), [2], ["random"], out=out), echo=lambda _: None)
+    kept = json.loads((out / "references.json").read_text())
+    assert kept["fp32_peak_gflops"] == 9.0 and kept["torch"] == {"a": {"gflops": 5.0}, "b": {"gflops": 2.0}}
+
+
+def test_a_model_bench_folder_is_resumed_only_for_its_model_and_input_shapes(tmp_path):
+    from types import SimpleNamespace
+
+    from metatune.bench.model_bench import claim_folder
+    from metatune.workload.model_source import InputSpec
+
+    def imported(*shape: int):
+        return SimpleNamespace(model=SimpleNamespace(source=SimpleNamespace(spec="net.py:make"),
+                                                     inputs=[InputSpec("x", shape)]))
+
+    claim_folder(tmp_path / "net", imported(1, 3, 32, 32))
+    claim_folder(tmp_path / "net", imported(1, 3, 32, 32))  # the same: resumed
+    with pytest.raises(MetatuneError, match=r"holds a bench of net.py:make with inputs \[\[1, 3, 32, 32\]\]"):
+        claim_folder(tmp_path / "net", imported(1, 3, 64, 64))
+
+
+def test_report_budgets_default_to_those_the_runs_reached(tmp_path):
+    from metatune.bench.report import budgets_reached
+
+    assert budgets_reached(tmp_path, [16, 32, 64, 128, 256]) == [16, 32, 64, 128, 256]  # no runs yet
+    run = tmp_path / "runs" / "C1" / "xgb-r0.json"
+    run.parent.mkdir(parents=True)
+    run.write_text(json.dumps({"trials": 64}))
+    assert budgets_reached(tmp_path, [16, 32, 64, 128, 256]) == [16, 32, 64]
+    run.write_text(json.dumps({"trials": 8}))
+    assert budgets_reached(tmp_path, [16, 32, 64, 128, 256]) == [8]
+
+
 def bench_run(name: str, strategy: str, gflops: float) -> Run:
     return Run({"name": name, "strategy": strategy, "workload": "dense:m=64,n=64,k=64", "curve": [gflops],
                 "trials": 1, "search_s": 1.0, "measure_s": 1.0, "encode_s": 0.0, "update_s": 0.0})

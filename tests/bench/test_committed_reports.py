@@ -1,5 +1,5 @@
 """The committed benchmark tables are reproducible: `--report-only` re-renders them byte for byte
-from the committed per-run results."""
+from the committed per-run results, with the budgets its runs reached when none are given."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import pytest
 
 from metatune.fileio import REPO_ROOT
 
-COMMITTED = {"resnet18-256": "16,32,64,128,256", "resnet18-64": "16,32,64"}
+COMMITTED = ["resnet18-256", "resnet18-64"]  # to 256 trials, and to 64 (no empty 128/256 columns by default)
 
 
-@pytest.mark.parametrize("name", sorted(COMMITTED))
+@pytest.mark.parametrize("name", COMMITTED)
 def test_report_only_rerenders_the_committed_tables_byte_for_byte(name, tmp_path):
     committed = REPO_ROOT / "docs" / "bench" / name
     out = tmp_path / name
     shutil.copytree(committed, out)
     for rendered in ("table.md", "results.csv"):
         (out / rendered).unlink()
-    done = subprocess.run([sys.executable, "-m", "metatune", "bench", "--suite", "resnet18", "--budgets", COMMITTED[name],
-                           "--report-only", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "metatune", "bench", "--suite", "resnet18", "--report-only",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     for rendered in ("table.md", "results.csv"):
         assert (out / rendered).read_bytes() == (committed / rendered).read_bytes(), rendered

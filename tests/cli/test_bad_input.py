@@ -272,6 +272,8 @@ CASES: list[tuple[str, Build, str]] = [
     ("model export into a missing folder", tune_model("{tmp}/fixed.onnx", "--export", "{tmp}/no/net.so"),
      "no such folder"),
     ("model bad input shape", tune_model("{tmp}/fixed.onnx", "--input-shape", "1,3,x"), "--input-shape"),
+    ("model on a remote runner", tune_model("{tmp}/fixed.onnx", "--runner", "rpc://127.0.0.1:9190/key"),
+     "it takes no --runner"),
     ("model timed in too few passes", tune_model("{tmp}/fixed.onnx", "--reference-passes", "5"),
      "--reference-passes 5: at least 9"),
     ("run a library that is missing", lambda tmp: (["run", str(tmp / "none.so")], {}), "no such file"),

@@ -129,3 +129,19 @@ def test_default_tune_folder_is_keyed_by_what_makes_another_run():
                base[:4] + (1, "auto"), base[:5] + ("x86_64-znver5-2c/v2",)]
     assert len({default_db_dir(*base), *(default_db_dir(*args) for args in changed)}) == 5
 
+
+
+def test_tune_fails_when_no_trial_succeeded(monkeypatch, tmp_path, capsys):
+    """Every trial failed: nothing was tuned, and a script must see it in the exit status."""
+    import typer
+
+    from metatune.cli.tune import run_tune
+    from metatune.tune import tuner
+
+    failed = tuner.TuneResult(workload="dense:m=16,n=16,k=16", strategy="random", trials=4, best_latency_us=None,
+                              best_gflops=None, curve=[0.0] * 4, wall_s=1.0, search_s=0.1, measure_s=0.9, failures=4)
+    monkeypatch.setattr(tuner, "tune_workload", lambda *args, **kwargs: failed)
+    with pytest.raises(typer.Exit) as stopped:
+        run_tune("dense:m=16,n=16,k=16", None, 4, "random", "auto", tmp_path / "db", "local", 4, 0, None)
+    assert stopped.value.exit_code == 1
+    assert "none of the 4 trials succeeded" in capsys.readouterr().err

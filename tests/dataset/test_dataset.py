@@ -205,3 +205,31 @@ def test_info_recounts_the_records_a_killed_build_left(tmp_path):
     assert ": 8 records, 0 failures, 1 workloads" in text
     assert (workload_dir / RECORD_FILE).read_text() == records
     assert json.loads((out / "card.json").read_text())["totals"] == zero
+
+
+def test_a_workload_tvm_cannot_schedule_on_the_target_stops_the_build_before_anything_is_measured(tmp_path):
+    """conv2d_winograd has no CUDA design space in TVM 0.27: a GPU build of a spec with it (the CPU
+    adaptation spec) is refused at once, naming it, instead of failing after hours of measuring."""
+    from metatune import MetatuneError
+    from metatune.dataset.builder import DatasetBuilder
+    from metatune.env.device import fingerprint_for_target
+    from metatune.measure.measurer import Measurer
+
+    spec = load_spec(REPO_ROOT / "datasets/specs/adapt-cpu.yaml")
+    device = fingerprint_for_target("nvidia/nvidia-h100")
+    with Measurer(device.tvm_target()) as measurer:
+        with pytest.raises(MetatuneError, match=r"1 workload\(s\) of spec adapt-cpu .* on cuda .*: "
+                                                r"conv2d_winograd:[^;]*; .*adapt-cuda.yaml"):
+            DatasetBuilder(spec, tmp_path / "ds", measurer, device).run()
+    assert read_card(tmp_path / "ds") is None and not any(f.read_text() for f in (tmp_path / "ds").rglob(RECORD_FILE))
+
+
+def test_the_gpu_adaptation_spec_has_a_cuda_design_space_for_every_workload():
+    from tvm.target import Target
+
+    from metatune.dataset.builder import plan
+    from metatune.space.knob_space import DesignSpaces
+
+    planned = plan(load_spec(REPO_ROOT / "datasets/specs/adapt-cuda.yaml"))
+    target = Target("nvidia/nvidia-h100")
+    assert len(planned) == 12 and all(DesignSpaces(p.workload, target).spaces for p in planned)

@@ -74,16 +74,31 @@ def test_the_adapted_checkpoint_is_what_its_device_resolves_to(adapted):
     assert cli("zoo", "verify", "--zoo", zoo).exit_code == 0
 
 
-def test_adapting_again_resumes_without_measuring_anything_new(adapted):
+def test_adapting_again_from_complete_data_needs_neither_measuring_nor_the_device(adapted, monkeypatch):
+    """As after measuring on a GPU machine: the data's card names the device, no --target is given,
+    and nothing may be measured or run (both refused here)."""
+    from metatune.env import device as device_module
+    from metatune.learn import adapt
+
     zoo, out, _ = adapted
     shards = sorted(p.name for p in (out / "data" / "workloads").rglob("*") if p.is_file())
-    again = cli("zoo", "adapt", "--from", SOURCE, "--target", TARGET, "--spec", SPEC, "--samples", 32,
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("complete data must not be measured again")
+
+    monkeypatch.setattr(adapt, "build_dataset", refuse)
+    monkeypatch.setattr(device_module, "require_runnable", refuse)
+    again = cli("zoo", "adapt", "--from", SOURCE, "--spec", SPEC, "--samples", 32,
                 "--out", out, "--data", out / "data", "--zoo", zoo, "--no-publish", "--json")
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in (out / "data" / "workloads").rglob("*") if p.is_file()) == shards
     card = json.loads((out / CARD_FILE).read_text())
     assert card["dataset"]["records"] == 3 * 32 and card["adaptation"]["wall_s"]["measure"] < 60
+    assert card["device"]["device_id"] == fingerprint_for_target(TARGET).device_id
     assert printed_json(again.stdout)["published"] is None
+    other = cli("zoo", "adapt", "--from", SOURCE, "--target", "llvm -mcpu=x86-64", "--spec", SPEC, "--samples", 32,
+                "--out", out, "--data", out / "data", "--zoo", zoo, "--no-publish")
+    assert other.exit_code != 0 and "was measured on" in str(other.exception) + other.output
 
 
 @pytest.fixture(scope="module")

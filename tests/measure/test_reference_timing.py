@@ -23,14 +23,18 @@ from metatune.env.device import usable_cores
 from metatune.measure.reference_timing import (
     MIN_PASSES,
     ONEDNN_LIBRARY,
+    OPERATOR_RTOL,
     OTHER_LOAD_LIMIT,
     UNCERTAINTY_LIMIT,
     Estimate,
     ReferenceSpec,
     compare,
+    torch_operator,
     wait_until_idle,
 )
-from metatune.workload.operators import Workload
+from metatune.measure.check import output_error
+from metatune.workload.operators import FAMILIES, Workload
+from tests.conftest import SMALL_SHAPES
 
 WORKLOAD = Workload.parse("dense:m=128,n=128,k=128")
 PASS_S = 0.3
@@ -150,9 +154,22 @@ def test_waiting_for_idle_sees_a_thread_still_spinning():
 
 
 def test_a_reference_that_cannot_be_built_is_one_error_not_a_hang():
-    spec = ReferenceSpec.operator(Workload.parse("conv2d_bias:n=1,c=8,h=14,w=14,k=16,r=1,s=1,stride=2,pad=0"), 1)
-    with pytest.raises(MetatuneError, match="no PyTorch reference for family 'conv2d_bias'"):
+    spec = ReferenceSpec("matmul", "64", 1, library="no-such-library")
+    with pytest.raises(MetatuneError, match="no no-such-library matmul on cpu"):
         compare(spec, None)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_has_a_pytorch_reference_that_numpy_agrees_with(family):
+    """A bench times PyTorch on each of its workloads after tuning them: a family without a
+    reference (or with a wrong one) would stop it there."""
+    import torch
+
+    workload = Workload.parse(SMALL_SHAPES[family])
+    inputs = workload.random_inputs(seed=0)
+    with torch.inference_mode():
+        out = torch_operator(workload)(*[torch.from_numpy(x) for x in inputs]).numpy()
+    assert output_error(out, workload.reference(inputs)) <= OPERATOR_RTOL
 
 
 def _torch_has_cuda() -> bool:

@@ -168,6 +168,24 @@ def test_tiny_space_is_exhausted_without_repeats_and_failures_stay_out(target):
     s = strategy.stats
     assert s.proposed == 48 and s.failed == len(failed) and s.measured == 48 - len(failed)
     assert s.gp_batches >= 3 and s.fallbacks == 0
+    assert len(s.batch_s) == s.batches  # the last call, which proposed nothing, is not a batch
+
+
+def test_a_zero_or_nan_time_is_a_failure_not_an_observation(target):
+    """A broken timer's 0 s (or NaN) would make an infinite log-throughput: every later GP fit
+    failed and fell back to the cost model for the rest of the task."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    strategy, ctx = _driven(TINY, target, ms.cost_model.RandomModel(seed=0), q=8, trials=32)
+    mcs = ctx.generate_measure_candidates()
+    broken = {0: [0.0], 1: [1e-5, float("nan")]}
+    ctx.notify_runner_results(mcs, [RunnerResult(run_secs=broken.get(i, [synthetic_latency(m)]), error_msg=None)
+                                    for i, m in enumerate(mcs)])
+    assert strategy.stats.failed == 2 and strategy.stats.measured == len(mcs) - 2
+    while _run_batch(ctx) is not None:
+        pass
+    assert strategy.stats.gp_batches >= 2 and strategy.stats.fallbacks == 0
 
 
 @pytest.mark.parametrize("task_model", [False, True])
@@ -306,8 +324,10 @@ def test_mutation_chains_keep_the_best_scored_mutants(target):
     mutants = {c: e.raw for c, e in pool.entries.items() if e.mutant}
     assert strategy.stats.mutants >= 24 and 5 < len(mutants) <= 20  # minus those the batch took
     assert all(e.raw is not None for e in pool.entries.values())
+    by_score = sorted(mutants, key=lambda c: -mutants[c])
+    pool.entries[by_score[-1]].raw = float("nan")  # a diverged model's output ranks last, not anywhere
     pool.keep_best_mutants(5)
-    assert {c for c, e in pool.entries.items() if e.mutant} == set(sorted(mutants, key=lambda c: -mutants[c])[:5])
+    assert {c for c, e in pool.entries.items() if e.mutant} == set(by_score[:5])
     _run_batch(ctx)
     kept = {c for c, e in pool.entries.items() if e.mutant}
     assert 5 < len(kept) <= 20 and not kept & set(strategy.observations)
@@ -369,6 +389,20 @@ def test_unknown_tile_moves_are_rejected():
         BatchBOSettings(tile_moves="far")
     with pytest.raises(ValueError, match="gp_recent must be >= 0"):
         BatchBOSettings(gp_recent=-1)
+    with pytest.raises(ValueError, match="pool_random >= 1"):
+        BatchBOSettings(pool_random=0)  # a fresh task's first pool would be empty: 0 trials
+    with pytest.raises(ValueError, match="max_gp_points"):
+        BatchBOSettings(max_gp_points=1)  # the GP could never be fitted
+
+
+def test_a_nan_prediction_ranks_last_among_values_and_against_a_reference():
+    from metatune.search.bo import normal_scores
+
+    z = normal_scores(np.array([np.nan, 0.5]), reference=np.array([0.1, 0.2, 0.3, 0.4]))
+    lowest = normal_scores(np.array([0.1]), reference=np.array([0.1, 0.2, 0.3, 0.4]))[0]
+    assert z[0] <= lowest < z[1]  # as low as the lowest quantile goes, not the batch's own minimum (0.5)
+    alone = normal_scores(np.array([3.0, np.nan, 1.0, 2.0]))
+    assert alone[1] == alone.min() and list(np.argsort(alone)) == [1, 2, 3, 0]
 
 
 def test_task_model_steers_a_share_of_the_chains(target):

@@ -46,6 +46,7 @@ def test_specs_parse_to_their_kind_and_name(tmp_path: Path) -> None:
     (f"{DATA / 'small_net.py'}:9lives", "is not a Python name"),
     ("torchvision:", "name the torchvision model"),
     (str(DATA / "small_net.py"), "as FILE.py:CALLABLE"),  # an existing file, yet not an ONNX model
+    ("resnet.pth", "holds weights, not a network"),  # not reported as a broken ONNX file
 ])
 def test_bad_specs_are_named(spec: str, fragment: str) -> None:
     with pytest.raises(MetatuneError, match=re.escape(fragment)):
@@ -96,12 +97,22 @@ def test_not_onnx_is_refused(tmp_path: Path) -> None:
     ("broken", "broken() raised ValueError: weights file not found"),
     ("not_a_module", "returned a int, not a torch.nn.Module"),
     ("nothing", "has no callable 'nothing'"),
+    ("exits", "exits() called sys.exit(2)"),  # a SystemExit would have ended metatune itself
 ])
 def test_python_callables_that_fail_are_named(attr: str, fragment: str) -> None:
     from metatune.workload.relax_tasks import load_model
 
     with pytest.raises(MetatuneError, match=re.escape(fragment)):
         load_model(ModelSource.parse(f"{DATA / 'small_net.py'}:{attr}", [(1, 3, 16, 16)]))
+
+
+def test_a_script_parsing_its_command_line_at_import_sees_none_of_metatunes(monkeypatch) -> None:
+    from metatune.workload.relax_tasks import load_model
+
+    monkeypatch.setattr(sys, "argv", ["metatune", "tune", "--model", "x", "--trials", "4"])
+    model = load_model(ModelSource.parse(f"{DATA / 'script_net.py'}:make", [(1, 3, 8, 8)]))
+    assert model.expected_outputs(model.example_inputs())[0].shape == (1, 8, 6, 6)
+    assert sys.argv == ["metatune", "tune", "--model", "x", "--trials", "4"]
 
 
 def test_python_model_needs_its_input_shape_and_folds_its_batchnorm() -> None:

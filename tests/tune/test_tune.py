@@ -344,3 +344,55 @@ def test_tvm_search_runs_on_every_core_like_metatunes_own(tmp_path, monkeypatch)
     with pytest.raises(Asked):
         tune_workload(Workload.parse(SMALL), 8, "xgb", tmp_path / "db", trials_per_iter=8)
     assert asked["num_tuning_cores"] == usable_cores()
+
+
+def test_the_reported_best_is_the_kernel_tvm_deploys_and_checks(tmp_path):
+    """TVM deploys the lowest mean time; the curve follows medians. On a near-tie they part, and the
+    best reported (and verified) must be the deployed one, not a kernel nobody checked."""
+    from metatune.fileio import RECORD_FILE
+
+    db = tmp_path / "db"
+    first = tune("--workload", SMALL, "--trials", "4", "--trials-per-iter", "4", "--strategy", "random", "--db", str(db))
+    assert first.returncode == 0, first.stderr[-2000:]
+    lines = [json.loads(line) for line in (db / RECORD_FILE).read_text().splitlines()]
+    assert len(lines) == 4
+    times = [[1e-6, 1e-6, 1e-5], [2e-6, 2e-6, 2e-6], [1e-3] * 3, [1e-3] * 3]  # medians 1 and 2 us, means 4 and 2 us
+    for line, secs in zip(lines, times):
+        line[1][1] = secs
+    (db / RECORD_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    again = tune("--workload", SMALL, "--trials", "4", "--strategy", "random", "--db", str(db),
+                 "--json", str(tmp_path / "out.json"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["best_latency_us"] == 2.0 and result["verified"]
+    assert result["curve"][-1] == pytest.approx(Workload.parse(SMALL).flops / 1e-6 / 1e9, rel=1e-3)
+
+
+def test_a_deployed_kernel_with_wrong_results_is_set_aside_for_the_next_best(tmp_path, monkeypatch):
+    """Tuning does not check each candidate: when the kernel a run would deploy fails its NumPy
+    check, it becomes a failed trial in the database and the next best is deployed and checked."""
+    from metatune.fileio import RECORD_FILE
+    from metatune.measure.check import WrongResultError
+    from metatune.measure.database import best_so_far, trial_lines
+    from metatune.tune import tuner
+
+    calls = []
+    checked = tuner.check_schedule
+
+    def wrong_first(workload, sch, target):
+        calls.append(sch)
+        if len(calls) == 1:
+            raise WrongResultError("max relative error 1.0e+00 > 1e-04")
+        return checked(workload, sch, target)
+
+    monkeypatch.setattr(tuner, "check_schedule", wrong_first)
+    db = tmp_path / "db"
+    mod = Workload.parse(SMALL).irmodule()
+    result = tuner.tune_workload(Workload.parse(SMALL), 8, "random", db, trials_per_iter=8)
+    records = [json.loads(line)[1] for line in (db / RECORD_FILE).read_text().splitlines()]
+    set_aside = [i for i, record in enumerate(records) if record[1] == [1e10]]
+    assert len(set_aside) == 1 and result.failures == 1 and len(calls) == 2
+    assert any(f"trial {set_aside[0] + 1}'s kernel computes wrong results" in note for note in result.notes)
+    deployed = best_so_far(trial_lines(db, mod), [8])[0]
+    assert result.verified and deployed.trial != set_aside[0]
+    assert result.best_latency_us == round(deployed.latency_s * 1e6, 3)

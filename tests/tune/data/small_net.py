@@ -17,3 +17,7 @@ def broken() -> nn.Module:
 
 def not_a_module() -> int:
     return 3
+
+
+def exits() -> nn.Module:
+    raise SystemExit(2)  # what argparse does on arguments it does not know
