@@ -1,7 +1,7 @@
 """Runs of a bench that raised instead of finishing, kept in `<out>/failures.json`.
 
 Why: a bench tunes dozens of (workload, strategy) runs for hours; one run that TVM cannot finish (a
-search strategy that raises inside C++, a kernel that fails its NumPy check) must not take the rest
+search strategy that raises inside C++, a damaged database) must not take the rest
 down with it, nor be forgotten. The failed run's database stays as it is, so a later `bench` with the
 same arguments retries it from there; the entry is dropped once it succeeds. The table names every
 failed run, and the command exits non-zero while any is left.

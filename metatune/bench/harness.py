@@ -183,6 +183,8 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     threads = _tvm_threads()
     device = reference_device(config.target)
     references = _load_references(config.out)
+    if config.references:
+        check_reference_device(references, device, config.out)
     if config.references and "fp32_peak_gflops" not in references:
         _measure_peak(threads, references, echo, device, config.reference_passes)
         write_json(config.out / REFERENCES_FILE, references)
@@ -288,9 +290,7 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
     suite = load_suite(config.suite)
     old = _load_references(config.out)
     device = reference_device(config.target)
-    if old and (old_device := old.get("device", "cpu")) != device:
-        raise MetatuneError(f"the references in {config.out} were measured on {old_device}, these would be measured "
-                            f"on {device}: pass the --target the bench was tuned for")
+    check_reference_device(old, device, config.out)
     threads = _tvm_threads()
     references: dict[str, Any] = {"torch": {}}
     _measure_peak(threads, references, echo, device, config.reference_passes)
@@ -305,6 +305,14 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
 def _measured_so_far(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The old references with those measured again so far replaced."""
     return {**old, **new, "torch": {**old.get("torch", {}), **new["torch"]}}
+
+
+def check_reference_device(references: dict[str, Any], device: str, out: Path) -> None:
+    """One device's references per bench folder: cuDNN and CPU PyTorch numbers side by side would be
+    compared with kernels of only one of them."""
+    if references and (measured_on := references.get("device", "cpu")) != device:
+        raise MetatuneError(f"the references in {out} were measured on {measured_on}, these would be measured "
+                            f"on {device}: pass the --target the bench was tuned for")
 
 
 def reference_device(target: str | None) -> str:

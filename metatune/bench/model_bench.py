@@ -71,7 +71,7 @@ def claim_folder(folder: Path, imported: ImportedModel) -> None:
     path = folder / MODEL_FILE
     if path.exists():
         held = json.loads(path.read_text())
-        if held != what:
+        if held["inputs"] != what["inputs"]:  # the folder's name is the model's; its spec may be another path to it
             raise MetatuneError(f"{folder} holds a bench of {held['model']} with inputs {held['inputs']}, not of "
                                 f"{what['model']} with inputs {what['inputs']}: use another --out")
         return

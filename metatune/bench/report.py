@@ -79,7 +79,7 @@ def load_runs(out: Path) -> list[Run]:
 def budgets_reached(out: Path, budgets: list[int]) -> list[int]:
     """Those of `budgets` the longest run in `out` reached (all of them when it holds no run)."""
     longest = max((run.data["trials"] for run in load_runs(out)), default=None) if (out / "runs").is_dir() else None
-    if longest is None:
+    if not longest:
         return budgets
     return [b for b in budgets if b <= longest] or [longest]
 

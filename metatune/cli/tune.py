@@ -183,8 +183,8 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     if json_out is not None:
         write_json(result.to_json(), json_out)
     if result.best_latency_us is None:
-        typer.echo(f"error: none of the {result.trials} trials succeeded (their errors: {db_dir / 'logs'}); "
-                   "nothing was tuned", err=True)
+        typer.echo(f"error: none of the {result.trials} trials left a kernel to deploy (failed runs: their errors in "
+                   f"{db_dir / 'logs'}; kernels with wrong results: the notes above); nothing was tuned", err=True)
         raise typer.Exit(1)
 
 

@@ -195,7 +195,8 @@ def zoo_adapt(
     Measures one workload of every family (default 12 workloads x 48 configurations, about 10 min
     on 2 cores; resumable), continues the source checkpoint on them (unchanged, fine-tuned, or
     fine-tuned and meta-trained again: whichever ranks the held-out workloads best) and publishes
-    it, so that `tune` resolves it for this device from then on.
+    it, so that `tune` resolves it for this device from then on. With --data of a complete build
+    (measured on a GPU machine, say), nothing is measured: the checkpoint is for the data's device.
     """
     from metatune import zoo as z
     from metatune.dataset.spec import load_spec

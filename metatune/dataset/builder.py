@@ -116,6 +116,7 @@ class DatasetBuilder:
     def run(self) -> dict:
         planned = plan(self.spec)
         target = self.spec.samples_per_workload
+        spaces = self._design_spaces([p.workload for p in planned if not self._sealed(p.workload)])
         stores = [self.store.open(p.workload, p.split) for p in planned]
         done = sum(min(s.num_records, target) for s in stores)
         start = time.perf_counter()
@@ -127,7 +128,6 @@ class DatasetBuilder:
         self.remeasured_batches = prior_load.get("remeasured_batches", 0)
         # a resumed build is watched only if its earlier parts were (a card from before the check has none)
         self.watched_throughout = self.watch_load and (not prior or bool(prior_load.get("watched")))
-        spaces = self._design_spaces([s for s in stores if not s.sealed])
         if not prior:  # the device and spec on record before the first record: a crash cannot lose them
             self._write_card(0.0)
         with progress_bar() as bar:
@@ -145,15 +145,18 @@ class DatasetBuilder:
                 raise
         return self._write_card(prior_wall + time.perf_counter() - start)
 
-    def _design_spaces(self, stores: list[WorkloadStore]) -> dict[str, DesignSpaces]:
-        """The design spaces of every workload still to measure, before anything is measured: a
+    def _sealed(self, workload: Workload) -> bool:
+        return self.store.workload_dir(workload).joinpath(RECORD_FILE + ".gz").exists()
+
+    def _design_spaces(self, workloads: list[Workload]) -> dict[str, DesignSpaces]:
+        """The design spaces of every workload still to measure, before anything is written: a
         workload TVM cannot schedule on this target stops the build at once, with every such one named."""
         spaces, unsupported = {}, []
-        for store in stores:
+        for workload in workloads:
             try:
-                spaces[str(store.workload)] = DesignSpaces(store.workload, self.measurer.target)
+                spaces[str(workload)] = DesignSpaces(workload, self.measurer.target)
             except UnsupportedOnTarget:
-                unsupported.append(str(store.workload))
+                unsupported.append(str(workload))
         if unsupported:
             kind = self.measurer.target.kind.name
             raise MetatuneError(f"{len(unsupported)} workload(s) of spec {self.spec.name} have no MetaSchedule design "

@@ -163,7 +163,8 @@ def run_adapt(source: TrainedModel, source_info: dict[str, Any], spec: Path, sam
               target: str | None = None, config: AdaptConfig | None = None, echo: Echo = print,
               data_dir: Path | None = None) -> dict[str, Any]:
     """Measure `spec`'s workloads on this device into `data_dir` (default `out`/data; resuming what
-    is there), adapt `source` to them and write the run directory `out`; returns its card."""
+    is there; nothing when it is complete, wherever it was measured), adapt `source` to them and
+    write the run directory `out`; returns its card."""
 
     config = config or AdaptConfig()
     data_dir = data_dir if data_dir is not None else out / "data"

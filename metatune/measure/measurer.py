@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 
 FAILED_RUN_S = 1e9  # MetaSchedule records a failed run as 1e10 s
+BROKEN_TIMING = "no valid run time (zero, negative or NaN)"
 
 
 def successful_run_seconds(run_secs: Any) -> list[float] | None:
@@ -57,7 +58,13 @@ def with_failed_timings(results: Sequence["RunnerResult"]) -> list["RunnerResult
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     return [r if r.error_msg or successful_run_seconds(r.run_secs) is not None
-            else RunnerResult(run_secs=None, error_msg="no valid run time (zero, negative or NaN)") for r in results]
+            else RunnerResult(run_secs=None, error_msg=BROKEN_TIMING) for r in results]
+
+
+def broken_timing(run_secs: Any) -> bool:
+    """Times a kernel cannot take (zero, negative, NaN), as opposed to none or the failure marker."""
+    secs = [float(getattr(v, "value", v)) for v in (run_secs or [])]
+    return bool(secs) and not any(s >= FAILED_RUN_S for s in secs) and successful_run_seconds(secs) is None
 
 
 def median_latency(run_secs: Sequence[float], *, high: bool = False) -> float:
@@ -198,6 +205,8 @@ class Measurer:
                 if r.error_msg:
                     kind = FailureKind.RUN_TIMEOUT if "Timeout" in r.error_msg else FailureKind.RUN_ERROR
                     results[i] = MeasureResult(failure=kind, message=_first_line(r.error_msg))
+                elif successful_run_seconds(r.run_secs) is None:
+                    results[i] = MeasureResult(failure=FailureKind.RUN_ERROR, message=BROKEN_TIMING)
                 else:
                     results[i] = MeasureResult(latencies_s=[float(x) for x in r.run_secs])
                     timed.append((i, path))

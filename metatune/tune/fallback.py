@@ -24,6 +24,7 @@ import numpy as np
 from metatune.encode.supergraph import REBUILD_HINT
 from metatune.env.plugin import COST_MODEL, plugin_class
 from metatune.measure.database import earlier_results, record_of, trial_lines
+from metatune.measure.measurer import with_failed_timings
 from metatune.space.knob_space import DesignSpaces, SearchSpace
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class _RoutedCostModelLogic:
 
     def update(self, context: "TuneContext", candidates: list["MeasureCandidate"],
                results: list["RunnerResult"]) -> None:
-        self._call("update", context, candidates, results)
+        self._call("update", context, candidates, with_failed_timings(results))
 
     def predict(self, context: "TuneContext", candidates: list["MeasureCandidate"]) -> np.ndarray:
         return self._call("predict", context, candidates)

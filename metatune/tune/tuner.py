@@ -59,7 +59,14 @@ from metatune.measure.database import (
     records_in_trial_order,
     trial_lines,
 )
-from metatune.measure.measurer import Measurer, MeasureSettings, median_latency, successful_run_seconds
+from metatune.measure.measurer import (
+    BROKEN_TIMING,
+    Measurer,
+    MeasureSettings,
+    broken_timing,
+    median_latency,
+    successful_run_seconds,
+)
 from metatune.measure.runners import make_runner
 from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
@@ -529,10 +536,16 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
     is recorded as a failed trial (`mark_failed`), the next best takes its place here and wherever
     the database is used, and a note names it. Returns the errors by budget and the notes."""
     notes: list[str] = []
+    broken = [i for i, (_, record) in enumerate(trial_lines(db_dir, mod)) if broken_timing(record[1])]
+    for trial in broken:  # TVM would deploy a 0 s trial first
+        mark_failed(db_dir, mod, trial)
+    if broken:
+        notes.append(f"trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed")
+    errors: dict[int, float] = {}  # by trial, kept across the rounds: setting one aside leaves the rest checked
     while True:
         lines = trial_lines(db_dir, mod)
         try:
-            return check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target), notes
+            return check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors), notes
         except WrongKernelError as wrong:
             mark_failed(db_dir, mod, wrong.trial)
             notes.append(f"trial {wrong.trial + 1}'s kernel computes wrong results ({wrong}): recorded as failed, "
@@ -540,12 +553,13 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
 
 
 def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets: list[int],
-                      target: Any) -> dict[str, float]:
+                      target: Any, errors: dict[int, float] | None = None) -> dict[str, float]:
     """Max relative error against NumPy of the kernel a run would deploy after each budget (raises
-    WrongKernelError); a kernel best at several budgets is compiled and checked once."""
+    WrongKernelError); a kernel best at several budgets is compiled and checked once (`errors`:
+    those checked already, by trial, filled in)."""
     from tvm.s_tir import Schedule
 
-    errors: dict[int, float] = {}  # by trial
+    errors = {} if errors is None else errors
     out: dict[str, float] = {}  # by budget
     for best in best_so_far(lines, budgets):
         if best.trial not in errors:

@@ -13,6 +13,8 @@ import importlib.util
 import inspect
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -103,6 +105,16 @@ def _raised(err: BaseException) -> str:
     return f"raised {first_line(err)}"
 
 
+@contextmanager
+def _own_argv(path: Path) -> Iterator[None]:
+    """sys.argv as `python FILE.py` would set it, while the user's code runs."""
+    argv, sys.argv = sys.argv, [str(path)]
+    try:
+        yield
+    finally:
+        sys.argv = argv
+
+
 def _python_model(spec: str) -> "torch.nn.Module":
     """Run FILE.py (its folder first on sys.path, so it can import its neighbours) and call CALLABLE()."""
     import torch
@@ -116,22 +128,21 @@ def _python_model(spec: str) -> "torch.nn.Module":
     # registered as an import would be: dataclasses (and pickle, typing) look a class's module up there
     sys.modules[name] = code
     sys.path.insert(0, str(path.parent))
-    argv, sys.argv = sys.argv, [str(path)]  # a script parsing its arguments at import sees none, not metatune's
-    try:
-        module_spec.loader.exec_module(code)
-    except (Exception, SystemExit) as err:
-        del sys.modules[name]
-        raise MetatuneError(f"--model {spec}: running {file} {_raised(err)}") from None
-    finally:
-        sys.path.remove(str(path.parent))
-        sys.argv = argv
-    factory = getattr(code, attr, None)
-    if not callable(factory):
-        raise MetatuneError(f"--model {spec}: {file} has no callable {attr!r}")
-    try:
-        network = factory()
-    except (Exception, SystemExit) as err:
-        raise MetatuneError(f"--model {spec}: {attr}() {_raised(err)}") from None
+    with _own_argv(path):  # a script parsing its arguments sees none, not metatune's
+        try:
+            module_spec.loader.exec_module(code)
+        except (Exception, SystemExit) as err:
+            del sys.modules[name]
+            raise MetatuneError(f"--model {spec}: running {file} {_raised(err)}") from None
+        finally:
+            sys.path.remove(str(path.parent))
+        factory = getattr(code, attr, None)
+        if not callable(factory):
+            raise MetatuneError(f"--model {spec}: {file} has no callable {attr!r}")
+        try:
+            network = factory()
+        except (Exception, SystemExit) as err:
+            raise MetatuneError(f"--model {spec}: {attr}() {_raised(err)}") from None
     if not isinstance(network, torch.nn.Module):
         raise MetatuneError(f"--model {spec}: {attr}() returned a {type(network).__name__}, not a torch.nn.Module")
     return network

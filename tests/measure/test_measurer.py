@@ -82,3 +82,20 @@ def test_candidates_are_checked_after_the_batch_is_timed(target):
         results = measurer.measure(workload, [c.measure_candidate() for c in cands])
     assert all(r.ok for r in results), [r.message for r in results]
     assert events == ["time", "check", "check"]
+
+
+def test_a_time_no_kernel_takes_is_a_failure_everywhere_it_is_read():
+    """Zero, negative and NaN times are a broken timer: a failure to the search and the cost models
+    (an infinite throughput label stops TVM's XGBModel), not a success, and not MetaSchedule's own
+    failure marker either (a failed trial is not a broken one)."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from metatune.measure.measurer import broken_timing, successful_run_seconds, with_failed_timings
+
+    for secs in ([0.0], [1e-5, float("nan")], [float("nan"), 1e-5], [-1e-6]):
+        assert successful_run_seconds(secs) is None and broken_timing(secs)
+    assert successful_run_seconds([1e-5, 2e-5]) == [1e-5, 2e-5] and not broken_timing([1e-5])
+    assert not broken_timing([1e10]) and not broken_timing([]) and not broken_timing(None)
+    kept, failed = with_failed_timings([RunnerResult(run_secs=[1e-5], error_msg=None),
+                                        RunnerResult(run_secs=[0.0], error_msg=None)])
+    assert kept.error_msg is None and failed.run_secs is None and "no valid run time" in failed.error_msg
