@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from metatune import MetatuneError, __version__
 from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.spec import DatasetSpec, load_spec
-from metatune.dataset.store import RECORD_FILE, DatasetStore, WorkloadStore, config_key
+from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
 from metatune.env.device import DeviceFingerprint
 from metatune.env.interrupt import Interrupted
 from metatune.fileio import hold_directory
@@ -116,7 +116,7 @@ class DatasetBuilder:
     def run(self) -> dict:
         planned = plan(self.spec)
         target = self.spec.samples_per_workload
-        spaces = self._design_spaces([p.workload for p in planned if not self._sealed(p.workload)])
+        spaces = self._design_spaces([p.workload for p in planned if not self.store.is_sealed(p.workload)])
         stores = [self.store.open(p.workload, p.split) for p in planned]
         done = sum(min(s.num_records, target) for s in stores)
         start = time.perf_counter()
@@ -144,9 +144,6 @@ class DatasetBuilder:
                 self._write_card(prior_wall + time.perf_counter() - start)  # counts and time up to the stop
                 raise
         return self._write_card(prior_wall + time.perf_counter() - start)
-
-    def _sealed(self, workload: Workload) -> bool:
-        return self.store.workload_dir(workload).joinpath(RECORD_FILE + ".gz").exists()
 
     def _design_spaces(self, workloads: list[Workload]) -> dict[str, DesignSpaces]:
         """The design spaces of every workload still to measure, before anything is written: a
@@ -288,7 +285,6 @@ def build_dataset(spec_path: Path, out: Path, runner: str = "local", workers: in
                               retries_under_load=retries_under_load).run()
 
 
-
 def _load_spec(spec_path: Path, samples: int | None) -> DatasetSpec:
     spec = load_spec(spec_path)
     return spec if samples is None else spec.model_copy(update={"samples_per_workload": samples})
@@ -303,6 +299,6 @@ def complete_build(spec_path: Path, out: Path, samples: int | None = None) -> De
     if card is None or "source" in card or card.get("spec_hash") != spec.digest():
         return None
     store = DatasetStore(out, repair=False)
-    if not all(store.workload_dir(p.workload).joinpath(RECORD_FILE + ".gz").exists() for p in plan(spec)):
+    if not all(store.is_sealed(p.workload) for p in plan(spec)):
         return None
     return DeviceFingerprint.from_json(card["device"])

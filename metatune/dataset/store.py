@@ -257,6 +257,10 @@ class DatasetStore:
     def workload_dir(self, workload: Workload) -> Path:
         return self.dir / "workloads" / workload.family / workload_slug(workload)
 
+    def is_sealed(self, workload: Workload) -> bool:
+        """`WorkloadStore.sealed` without opening the store (`open` creates a missing one)."""
+        return (self.workload_dir(workload) / (RECORD_FILE + ".gz")).exists()
+
     def open(self, workload: Workload, split: str) -> WorkloadStore:
         return WorkloadStore(self.workload_dir(workload), workload, split)
 

@@ -145,8 +145,13 @@ class TuneResult:
 def measured_latencies(db_dir: Path, mod: Any) -> list[float | None]:
     """Median latency of every trial of `mod` in the database, in measurement order
     (None for a failed trial)."""
+    return latencies_of(trial_lines(db_dir, mod))
+
+
+def latencies_of(lines: list[tuple[Any, Any]]) -> list[float | None]:
+    """`measured_latencies` of trial lines already read."""
     out: list[float | None] = []
-    for _, record in trial_lines(db_dir, mod):
+    for _, record in lines:
         secs = successful_run_seconds(record[1])
         out.append(median_latency(secs, high=True) if secs else None)
     return out
@@ -482,14 +487,13 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                         measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
         profile, watch, cost_model = run.profile, run.watch, run.cost_model
     wall = time.perf_counter() - start
-    checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [])
-    latencies = measured_latencies(db_dir, mod)
+    lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [])
+    latencies = latencies_of(lines)
     curve, best = [], float("inf")
     for lat in latencies:
         if lat is not None:
             best = min(best, lat)
         curve.append(round(workload.flops / best / 1e9, 3) if best < float("inf") else 0.0)
-    lines = trial_lines(db_dir, mod)
     deployed = best_so_far(lines, [len(lines)])  # the kernel checked above, by TVM's rule
     deployed_s = deployed[0].latency_s if deployed else None
     result = TuneResult(
@@ -530,11 +534,12 @@ class WrongKernelError(WrongResultError):
 
 
 def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
-                   budgets: list[int]) -> tuple[dict[str, float], list[str]]:
+                   budgets: list[int]) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
     """`check_best_so_far` after each of `budgets` and after the last trial. Tuning does not check
     each candidate, so a deployed kernel may compute wrong results (some winograd schedules do): it
     is recorded as a failed trial (`mark_failed`), the next best takes its place here and wherever
-    the database is used, and a note names it. Returns the errors by budget and the notes."""
+    the database is used, and a note names it. Returns the trial lines as they are then, the errors
+    by budget and the notes."""
     notes: list[str] = []
     broken = [i for i, (_, record) in enumerate(trial_lines(db_dir, mod)) if broken_timing(record[1])]
     for trial in broken:  # TVM would deploy a 0 s trial first
@@ -545,7 +550,7 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
     while True:
         lines = trial_lines(db_dir, mod)
         try:
-            return check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors), notes
+            return lines, check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors), notes
         except WrongKernelError as wrong:
             mark_failed(db_dir, mod, wrong.trial)
             notes.append(f"trial {wrong.trial + 1}'s kernel computes wrong results ({wrong}): recorded as failed, "
