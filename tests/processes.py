@@ -3,12 +3,14 @@ writes, signal it as a terminal or a service manager would, and check that it le
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,70 @@ def start(*args: str) -> subprocess.Popen:
 
 
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO_ROOT)
+    return run_metatune(list(args), timeout=timeout, cwd=REPO_ROOT)
+
+
+class PreloadedCli:
+    """The client of `tests.preloaded_cli`: a server that has imported metatune once and forks a child per
+    command (4-5 s of imports saved each time). Started on first use, ended with the test session."""
+
+    def __init__(self) -> None:
+        self._log = tempfile.NamedTemporaryFile(prefix="preloaded-cli-", suffix=".log", delete=False)
+        self._server = subprocess.Popen([sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO_ROOT,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                        text=True)
+        atexit.register(self.close)
+
+    def alive(self) -> bool:
+        return self._server.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self._server.stdin.close()
+            self._server.wait(timeout=30)
+
+    def _reply(self, timeout: float | None) -> dict | None:
+        if timeout is not None and not select.select([self._server.stdout], [], [], timeout)[0]:
+            return None
+        line = self._server.stdout.readline()
+        if not line:
+            log = Path(self._log.name).read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the preloaded CLI server ended (status {self._server.wait()}): {log}")
+        return json.loads(line)
+
+    def run(self, args: list[str], env: dict[str, str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory(prefix="metatune-cli-") as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = {"args": args, "env": env, "cwd": cwd, "stdout": str(out), "stderr": str(err)}
+            self._server.stdin.write(json.dumps(request) + "\n")
+            self._server.stdin.flush()
+            pid = self._reply(timeout=60)["pid"]
+            reply = self._reply(timeout)
+            if reply is None:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(None)
+                raise subprocess.TimeoutExpired(["metatune", *args], timeout, _text(out), _text(err))
+            return subprocess.CompletedProcess(["metatune", *args], reply["returncode"], _text(out), _text(err))
+
+
+def _text(path: Path) -> str:
+    """A child's output as `subprocess.run(text=True)` gives it: decoded, universal newlines."""
+    return path.read_text() if path.exists() else ""
+
+
+_preloaded: PreloadedCli | None = None
+
+
+def run_metatune(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None,
+                 timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m metatune ARGS` as `subprocess.run(..., capture_output=True, text=True)` runs it, with
+    `env` added to this process's environment: the same command in a process of its own, forked from a
+    server that has imported metatune already (`tests.preloaded_cli`). A test of what a fresh interpreter
+    does (its imports, its start-up time) runs `sys.executable -m metatune` itself."""
+    global _preloaded
+    if _preloaded is None or not _preloaded.alive():
+        _preloaded = PreloadedCli()
+    return _preloaded.run([str(a) for a in args], {**os.environ, **(env or {})}, str(cwd or os.getcwd()), timeout)
 
 
 def wait_until(condition: Callable[[], bool], proc: subprocess.Popen, timeout_s: float) -> None:

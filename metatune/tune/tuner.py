@@ -598,6 +598,7 @@ def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[An
 
     if cost_model == "random":
         return cost_model
+    import_tensor_intrinsics()  # a TuneContext imports them, 20-100 s the slow way
     if isinstance(cost_model, str):
         cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=search_threads(),
                                                     tree_method="auto")

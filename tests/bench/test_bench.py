@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +18,14 @@ from metatune.bench.suites import load_suite, suite_names
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.measure.reference_timing import PASSES
+from tests.processes import run_metatune
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 STRATEGIES = ["metatune", "xgb", "xgb-transfer", "random"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})
+    return run_metatune(list(args), env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")

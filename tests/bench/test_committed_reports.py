@@ -4,12 +4,11 @@ from the committed per-run results, with the budgets its runs reached when none 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from metatune.fileio import REPO_ROOT
+from tests.processes import run_metatune
 
 COMMITTED = ["resnet18-256", "resnet18-64"]  # to 256 trials, and to 64 (no empty 128/256 columns by default)
 
@@ -21,8 +20,7 @@ def test_report_only_rerenders_the_committed_tables_byte_for_byte(name, tmp_path
     shutil.copytree(committed, out)
     for rendered in ("table.md", "results.csv"):
         (out / rendered).unlink()
-    done = subprocess.run([sys.executable, "-m", "metatune", "bench", "--suite", "resnet18", "--report-only",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    done = run_metatune(["bench", "--suite", "resnet18", "--report-only", "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr
     for rendered in ("table.md", "results.csv"):
         assert (out / rendered).read_bytes() == (committed / rendered).read_bytes(), rendered

@@ -7,7 +7,6 @@ import os
 import pickle
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +18,7 @@ from safetensors.numpy import save_file
 from metatune.fileio import REPO_ROOT
 from tests.dataset.gpu_sources import SHIPPED_GPU, write_source
 from tests.tune.onnx_models import small_cnn
+from tests.processes import run_metatune
 
 ZOO = REPO_ROOT / "zoo"
 
@@ -46,8 +46,7 @@ Build = Callable[[Path], tuple[list[str], dict[str, str]]]
 
 def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     """The CLI in `cwd` (a temporary directory: a default output folder would land there)."""
-    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, **env})
+    return run_metatune(args, env=env, cwd=cwd, timeout=300)
 
 
 def build_spec(content: str | bytes) -> Build:

@@ -16,6 +16,7 @@ from metatune.dataset.store import RECORD_FILE, DatasetStore
 from metatune.encode.supergraph import Template
 from metatune.fileio import REPO_ROOT
 from metatune.workload.operators import get_suite
+from tests.processes import run_metatune
 
 TINY_SPEC = """
 name: tiny
@@ -37,8 +38,8 @@ def write_spec(tmp_path: Path, samples: int = 12, text: str | None = None) -> Pa
     return path
 
 
-def cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, **kw)
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run_metatune(list(args), timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,6 @@ checked before anything is written, and importing them again changes nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from metatune.dataset.importer import FAILURE_KIND, import_databases
 from metatune.dataset.sources import SourceError
 from metatune.dataset.store import DatasetStore
 from tests.dataset.gpu_sources import A100_TARGET, BATCH_MATMUL, DENSE, SHIPPED_GPU, archive, set_target, write_source
+from tests.processes import run_metatune
 
 
 def _files(directory: Path) -> dict[str, bytes]:
@@ -160,8 +159,7 @@ def test_build_refuses_to_resume_into_a_dataset_of_another_device(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: tiny\nseed: 1\nsamples_per_workload: 2\nmax_gflop: 0.01\nfamilies:\n  dense:\n"
                     "    workloads: 1\n    params: {m: 16, n: 16, k: 16}\n")
-    res = subprocess.run([sys.executable, "-m", "metatune", "dataset", "build", "--spec", str(spec), "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = run_metatune(["dataset", "build", "--spec", str(spec), "--out", str(out)], timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "holds measurements of cuda-sm90-h100" in res.stderr
 
@@ -172,6 +170,5 @@ def test_the_shipped_gpu_dataset_is_consistent():
     assert card["workloads"] == compute_counts(DatasetStore(SHIPPED_GPU))["workloads"]
     assert all(w["complete"] for w in card["workloads"].values())
     assert set(json.loads((SHIPPED_GPU / "torch_refs_h100.json").read_text())["refs"]) <= set(card["workloads"])
-    info = subprocess.run([sys.executable, "-m", "metatune", "dataset", "info", str(SHIPPED_GPU)],
-                          capture_output=True, text=True, timeout=120)
+    info = run_metatune(["dataset", "info", str(SHIPPED_GPU)], timeout=120)
     assert info.returncode == 0 and "on cuda-sm90-h100: " in info.stdout, info.stderr

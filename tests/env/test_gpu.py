@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +19,7 @@ from metatune.env.device import (
 )
 from metatune.env.gpu import GpuInfo, compute_class, gpu_model, local_gpu, nvidia_tags
 from metatune.fileio import REPO_ROOT
+from tests.processes import run_metatune
 
 H100 = GpuInfo(name="NVIDIA H100 80GB HBM3", compute_version="9.0", sm_count=132, memory_bytes=85_045_919_744,
                max_threads_per_block=1024, max_shared_memory_per_block=49152, warp_size=32,
@@ -116,8 +116,7 @@ def test_cpu_ids_and_cards_are_unchanged():
 
 
 def _device(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", "device", *args], capture_output=True, text=True,
-                          timeout=120)
+    return run_metatune(["device", *args], timeout=120)
 
 
 def test_device_command_shows_a_gpu_target_on_any_machine():

@@ -15,6 +15,7 @@ import pytest
 
 from metatune.env.target import CPU_TARGET_CLASSES
 from tests.conftest import SMALL_SHAPES
+from tests.processes import run_metatune
 
 CLASSES = sorted(CPU_TARGET_CLASSES)
 x86_host = pytest.mark.skipif(platform.machine() not in ("x86_64", "amd64"),
@@ -117,11 +118,9 @@ def test_this_machine_is_its_own_target_and_others_are_named_by_their_target():
 @x86_host
 def test_a_target_this_machine_cannot_run_is_a_one_line_error_with_exit_2():
     import subprocess
-    import sys
 
     def measure(target: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "metatune", "measure", "dense:m=16,n=16,k=16", "--random",
-                               "1", "--target", target], capture_output=True, text=True, timeout=300)
+        return run_metatune(["measure", "dense:m=16,n=16,k=16", "--random", "1", "--target", target], timeout=300)
 
     for target, message in [("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", "cannot run its kernels"),
                             ("nvidia/nvidia-h100", "has none"), ("llvm -mcpu=nosuchcpu", "not a CPU LLVM knows"),

@@ -72,7 +72,9 @@ def test_a_reference_taken_while_other_processes_load_the_cores_is_unstable(targ
         return timed()
 
     try:
-        comparison = compare(ReferenceSpec.operator(WORKLOAD, usable_cores(), PASS_S), loaded_from_the_second_pass)
+        # the fewest passes: under this load the interval stays wide, and more passes would only take longer
+        comparison = compare(ReferenceSpec.operator(WORKLOAD, usable_cores(), PASS_S), loaded_from_the_second_pass,
+                             passes=MIN_PASSES, max_passes=MIN_PASSES)
     finally:
         for hog in hogs:
             hog.kill()

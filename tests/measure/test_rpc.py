@@ -25,6 +25,7 @@ from metatune.measure.runners import (
     parse_tracker,
     server_lost,
 )
+from tests.processes import run_metatune
 
 SPEC = """
 name: rpc-tiny
@@ -118,11 +119,8 @@ def test_unreachable_tracker_fails_fast():
 def test_bad_runner_on_the_cli_is_one_line_exit_2(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
-    out = subprocess.run(
-        [sys.executable, "-m", "metatune", "dataset", "build", "--spec", str(spec), "--out", str(tmp_path / "ds"),
-         "--runner", "rpc://127.0.0.1/cpu"],
-        capture_output=True, text=True, timeout=120,
-    )
+    out = run_metatune(["dataset", "build", "--spec", str(spec), "--out", str(tmp_path / "ds"),
+                        "--runner", "rpc://127.0.0.1/cpu"], timeout=120)
     assert out.returncode == 2 and "missing tracker port" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 

@@ -16,14 +16,14 @@ import pytest
 from metatune import MetatuneError
 from metatune.workload.model_source import ModelSource, parse_shape
 from tests.tune.onnx_models import small_cnn
+from tests.processes import run_metatune
 
 DATA = Path(__file__).parent / "data"
 SMALL_NET = f"{DATA / 'small_net.py'}:make"
 
 
 def metatune(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", *args], capture_output=True, text=True, timeout=900,
-                          cwd=cwd)
+    return run_metatune(list(args), cwd=cwd, timeout=900)
 
 
 def test_specs_parse_to_their_kind_and_name(tmp_path: Path) -> None:

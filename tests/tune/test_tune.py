@@ -10,16 +10,14 @@ import pytest
 from metatune.fileio import REPO_ROOT
 from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workload.operators import Workload
+from tests.processes import run_metatune
 
 SMALL = "dense:m=64,n=64,k=64"
 ZOO = REPO_ROOT / "zoo"
 
 
 def tune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    return subprocess.run([sys.executable, "-m", "metatune", "tune", *args], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})
+    return run_metatune(["tune", *args], env=env, timeout=900)
 
 
 def trial_keys(db: Path) -> list[str]:
@@ -81,6 +79,40 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
     assert len(keys) == 16 and len(set(keys) - first) >= 6, "the resumed run measured the first run's trials again"
     if strategy == "random":
         assert_database_keeps_to_its_device(tmp_path / "db")
+
+
+WARM_START_SCRIPT = """
+import inspect
+
+def forbidden(*args, **kwargs):
+    raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
+
+inspect.stack = forbidden
+import tvm
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+
+from metatune.env.device import local_fingerprint
+from metatune.tune.tuner import warm_start
+from metatune.workload.operators import Workload
+
+target = local_fingerprint().tvm_target()
+mod = Workload.parse("dense:m=16,n=16,k=16").irmodule()
+database = ms.database.MemoryDatabase()
+workload = database.commit_workload(mod)
+database.commit_tuning_record(ms.database.TuningRecord(Schedule(mod).trace, workload, [1e-5], target))
+model = warm_start("xgb", database, target, [(mod, "main")])
+print(sum(len(group.costs) for group in model.data.values()))
+"""
+
+
+def test_warm_starting_a_cost_model_imports_tvms_tensor_intrinsics_the_quick_way():
+    """`warm_start` makes a TuneContext, whose first construction imports TVM's tensor intrinsics: 20-100 s
+    through `inspect.stack`, unless `import_tensor_intrinsics` came first (seen: 72 s in a test process)."""
+    proc = subprocess.run([sys.executable, "-c", WARM_START_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["1"]
 
 
 def test_a_database_without_a_device_file_is_judged_by_its_records_target(tmp_path):

@@ -4,18 +4,17 @@ import collections
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from metatune.measure.reference_timing import MAX_PASSES, PASS_S, PASSES
+from tests.processes import run_metatune
 
 
 def tune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "metatune", "tune", *args], capture_output=True, text=True,
-                          timeout=900)
+    return run_metatune(["tune", *args], timeout=900)
 
 
 def weight_shape(task) -> tuple[int, ...]:
