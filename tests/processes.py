@@ -47,6 +47,8 @@ class PreloadedCli:
         if self.alive():
             self._server.stdin.close()
             self._server.wait(timeout=30)
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
 
     def _reply(self, timeout: float | None) -> dict | None:
         if timeout is not None and not select.select([self._server.stdout], [], [], timeout)[0]:
