@@ -4,6 +4,7 @@ writes, signal it as a terminal or a service manager would, and check that it le
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -31,14 +32,19 @@ def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 class PreloadedCli:
     """The client of `tests.preloaded_cli`: a server that has imported metatune once and forks a child per
-    command (4-5 s of imports saved each time). Started on first use, ended with the test session."""
+    command (4-5 s of imports saved each time). Started on first use, ended with the test session; a
+    server that fails mid-exchange is killed, and the next command starts a new one."""
+
+    START_S = 600.0  # imports on a busy 2-core machine
+    REPLY_S = 60.0  # a fork, or a killed command's last output
 
     def __init__(self) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="preloaded-cli-", suffix=".log", delete=False)
         self._server = subprocess.Popen([sys.executable, "-m", "tests.preloaded_cli"], cwd=REPO_ROOT,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                        text=True)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self._buffer = b""
         atexit.register(self.close)
+        self._expect("ready", self.START_S)
 
     def alive(self) -> bool:
         return self._server.poll() is None
@@ -46,32 +52,54 @@ class PreloadedCli:
     def close(self) -> None:
         if self.alive():
             self._server.stdin.close()
-            self._server.wait(timeout=30)
+            try:
+                self._server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._server.kill()
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
 
-    def _reply(self, timeout: float | None) -> dict | None:
-        if timeout is not None and not select.select([self._server.stdout], [], [], timeout)[0]:
-            return None
-        line = self._server.stdout.readline()
-        if not line:
-            log = Path(self._log.name).read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"the preloaded CLI server ended (status {self._server.wait()}): {log}")
+    def _reply(self, timeout: float) -> dict | None:
+        """The server's next reply line, or None after `timeout` seconds without one."""
+        deadline = time.monotonic() + timeout
+        fd = self._server.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                log = Path(self._log.name).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the preloaded CLI server ended (status {self._server.wait()}): {log}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
+
+    def _expect(self, key: str, timeout: float) -> object:
+        reply = self._reply(timeout)
+        if reply is None or key not in reply:
+            raise RuntimeError(f"the preloaded CLI server gave {reply!r} where {key!r} was due")
+        return reply[key]
 
     def run(self, args: list[str], env: dict[str, str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory(prefix="metatune-cli-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
             request = {"args": args, "env": env, "cwd": cwd, "stdout": str(out), "stderr": str(err)}
-            self._server.stdin.write(json.dumps(request) + "\n")
-            self._server.stdin.flush()
-            pid = self._reply(timeout=60)["pid"]
-            reply = self._reply(timeout)
-            if reply is None:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(None)
-                raise subprocess.TimeoutExpired(["metatune", *args], timeout, _text(out), _text(err))
-            return subprocess.CompletedProcess(["metatune", *args], reply["returncode"], _text(out), _text(err))
+            try:
+                self._server.stdin.write(json.dumps(request).encode() + b"\n")
+                self._server.stdin.flush()
+                pid = self._expect("pid", self.REPLY_S)
+                reply = self._reply(timeout)
+                if reply is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    self._expect("returncode", self.REPLY_S)
+                    raise subprocess.TimeoutExpired(["metatune", *args], timeout, _text(out), _text(err))
+                returncode = reply["returncode"]
+            except (OSError, RuntimeError, KeyError, ValueError):
+                self._server.kill()  # out of step with its replies: the next command starts a new one
+                raise
+            return subprocess.CompletedProcess(["metatune", *args], returncode, _text(out), _text(err))
 
 
 def _text(path: Path) -> str:

@@ -3,6 +3,7 @@ gives what a fresh `python -m metatune` gives: exit status, stdout and stderr, e
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,23 @@ def test_a_command_that_runs_past_its_timeout_is_killed(tmp_path):
 def test_a_ctrl_c_ends_the_command_as_in_a_fresh_interpreter(tmp_path):
     script = tmp_path / "model.py"
     script.write_text("def build():\n    raise KeyboardInterrupt\n")
-    args = ["tune", "--model", f"{script}:build", "--trials", "1"]
-    preloaded, real = run_metatune([*args, "--db", str(tmp_path / "a")]), fresh([*args, "--db", str(tmp_path / "b")])
-    assert preloaded.returncode == real.returncode != 0
+    args = ["tune", "--model", f"{script}:build", "--trials", "1", "--db", "db"]
+    for cwd in (tmp_path / "a", tmp_path / "b"):
+        cwd.mkdir()
+    preloaded, real = run_metatune(args, cwd=tmp_path / "a"), fresh(args, cwd=tmp_path / "b")
+    assert (preloaded.returncode, preloaded.stderr) == (real.returncode, real.stderr) and real.returncode != 0
+
+
+def test_a_command_that_measures_gives_what_a_fresh_interpreter_gives(tmp_path):
+    """Kernels built by TVM's worker processes, timed on every core and checked: the same configurations
+    (same seed), all measured and verified, the same report but for the times."""
+    def measure(run, name: str) -> tuple[int, dict]:
+        out = tmp_path / f"{name}.json"
+        proc = run(["measure", "dense:m=16,n=16,k=16", "--random", "3", "--json", str(out)])
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[0].startswith("dense:m=16,n=16,k=16: 3/3 measured in ")
+        return proc.returncode, json.loads(out.read_text())
+
+    (_, preloaded), (_, real) = measure(run_metatune, "preloaded"), measure(fresh, "fresh")
+    assert preloaded["measured"] == real["measured"] == 3 and preloaded["failures"] == real["failures"] == {}
+    assert [c["space"] for c in preloaded["candidates"]] == [c["space"] for c in real["candidates"]]

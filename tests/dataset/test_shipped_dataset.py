@@ -61,7 +61,7 @@ def test_shipped_records_of_every_workload_load_in_tvm_and_replay(card, tmp_path
     by_workload: dict[int, list[str]] = {}
     for line in lines:
         by_workload.setdefault(json.loads(line)[0], []).append(line)
-    sample = [records[0] for records in by_workload.values()] + lines[1::50]
+    sample = list(dict.fromkeys([records[0] for records in by_workload.values()] + lines[1::50]))
     assert len(by_workload) == len(wl_path.read_text().splitlines())
     rec_path.write_text("\n".join(sample) + "\n")
     load_and_replay(wl_path, rec_path, len(sample))

@@ -115,6 +115,33 @@ def test_warm_starting_a_cost_model_imports_tvms_tensor_intrinsics_the_quick_way
     assert proc.stdout.split() == ["1"]
 
 
+SLOW_IMPORT_TRIPWIRE = """
+import inspect
+import sys
+
+def forbidden(*args, **kwargs):
+    raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
+
+inspect.stack = forbidden
+from metatune.cli import main
+
+sys.argv = ["metatune", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["--workload", SMALL, "--trials", "2", "--trials-per-iter", "2"],
+    ["--model", "tinycnn", "--trials", "2"],
+], ids=["workload", "model"])
+def test_tuning_from_the_cli_imports_tvms_tensor_intrinsics_the_quick_way(tmp_path, args):
+    """The suite's other CLI runs are forked from a process that has imported them already
+    (tests.preloaded_cli): only a fresh interpreter shows a command that would take the slow way."""
+    proc = subprocess.run([sys.executable, "-c", SLOW_IMPORT_TRIPWIRE, "tune", *args, "--db", str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_a_database_without_a_device_file_is_judged_by_its_records_target(tmp_path):
     """Older databases, and TVM's own (plain `llvm`: this machine's CPU), resume; records compiled for
     another CPU class do not."""
