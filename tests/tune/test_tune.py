@@ -81,13 +81,17 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
         assert_database_keeps_to_its_device(tmp_path / "db")
 
 
-WARM_START_SCRIPT = """
+# Makes the slow import of TVM's tensor intrinsics (one `inspect.stack` per intrinsic) fail the script.
+SLOW_IMPORT_TRIPWIRE = """
 import inspect
 
 def forbidden(*args, **kwargs):
     raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
 
 inspect.stack = forbidden
+"""
+
+WARM_START_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
 import tvm
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -115,14 +119,9 @@ def test_warm_starting_a_cost_model_imports_tvms_tensor_intrinsics_the_quick_way
     assert proc.stdout.split() == ["1"]
 
 
-SLOW_IMPORT_TRIPWIRE = """
-import inspect
+CLI_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
 import sys
 
-def forbidden(*args, **kwargs):
-    raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
-
-inspect.stack = forbidden
 from metatune.cli import main
 
 sys.argv = ["metatune", *sys.argv[1:]]
@@ -137,7 +136,7 @@ main()
 def test_tuning_from_the_cli_imports_tvms_tensor_intrinsics_the_quick_way(tmp_path, args):
     """The suite's other CLI runs are forked from a process that has imported them already
     (tests.preloaded_cli): only a fresh interpreter shows a command that would take the slow way."""
-    proc = subprocess.run([sys.executable, "-c", SLOW_IMPORT_TRIPWIRE, "tune", *args, "--db", str(tmp_path / "db")],
+    proc = subprocess.run([sys.executable, "-c", CLI_SCRIPT, "tune", *args, "--db", str(tmp_path / "db")],
                           capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
