@@ -130,7 +130,18 @@ def _read_cpuinfo() -> dict[str, str]:
 
 
 def _amd_class(flags: set[str], cpu_family: int | None, model: int | None, llvm_host_cpu: str) -> str | None:
-    """The Zen generation: from the CPU family when known, else LLVM's host CPU name, else flags."""
+    """The Zen generation (from the CPU family when known, else LLVM's host CPU name, else flags), as far
+    as the flags allow: a hypervisor can hide AVX-512 from a Zen 4/5 guest, whose kernels compiled for
+    its generation would then die on an illegal instruction, so such a guest is the best class it can run."""
+    generation = _zen_generation(flags, cpu_family, model, llvm_host_cpu)
+    needed = dict(AMD_CLASSES)
+    for name in (generation, "znver3"):
+        if name in needed and all(flag in flags for flag in needed[name]):
+            return name
+    return None
+
+
+def _zen_generation(flags: set[str], cpu_family: int | None, model: int | None, llvm_host_cpu: str) -> str | None:
     if cpu_family == 0x1A:
         return "znver5"
     if cpu_family == 0x19:
@@ -224,7 +235,8 @@ def _llvm_flags(target: "Any") -> set[str]:
 
 def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = None) -> DeviceFingerprint:
     """The device a `--target` names: this machine when None; this machine compiled for another
-    CPU class when the target runs here (`x86_64-znver3-as-haswell-2c`); else a device known from
+    CPU class or features when the target runs here (`x86_64-znver3-as-haswell-2c`,
+    `x86_64-sapphirerapids-as-generic+avx2+fma-2c`); else a device known from
     the target alone (`aarch64-generic-2c`), which can be encoded for but not measured here.
     A CUDA target: `cuda` (no arch) is this machine's GPU; a tag, or a target equal to one, names
     its GPU (`cuda-sm90-h100`); any other arch is `cuda-smXY-generic`."""
@@ -253,15 +265,20 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
     flags = _llvm_flags(target) if "mcpu" in config or "mattr" in config else set(host.flags)
     cores = int(config.setdefault("num-cores", host.num_cores if arch == host.arch else 1))
     mcpu = str(config.get("mcpu", ""))
-    if arch == host.arch and not missing_flags(flags, host):
-        if not mcpu or mcpu == host.target.get("mcpu"):
-            return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
-                                     isa_class=host.isa_class, flags=host.flags, num_cores=cores,
-                                     llvm_host_cpu=host.llvm_host_cpu, target=config)
-        # Compiled for another class, the programs use only that class's instructions.
+    if arch == host.arch and mcpu == str(host.target.get("mcpu", "")) and "mattr" not in config:
+        # This machine's own class, as measuring without --target compiles for it. Not checked against the
+        # flags: LLVM's features of a class can name extensions a guest does not report and that tensor
+        # programs never use (Sapphire Rapids' AMX), while the class itself was chosen from this CPU's flags.
         return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
-                                 isa_class=f"{host.isa_class}-as-{mcpu}", flags=_codegen_flags(flags),
-                                 num_cores=cores, llvm_host_cpu=host.llvm_host_cpu, target=config)
+                                 isa_class=host.isa_class, flags=host.flags, num_cores=cores,
+                                 llvm_host_cpu=host.llvm_host_cpu, target=config)
+    if arch == host.arch and not missing_flags(flags, host):
+        # Compiled for another class, or with other features, the programs use only those instructions.
+        features = "".join(str(f) for f in config.get("mattr", ()))
+        return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
+                                 isa_class=f"{host.isa_class}-as-{mcpu or 'generic'}{features}",
+                                 flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu=host.llvm_host_cpu,
+                                 target=config)
     return DeviceFingerprint(arch=arch, vendor="unknown", cpu_model="unknown", isa_class=mcpu or "generic",
                              flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu="", target=config)
 
@@ -310,11 +327,8 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
         _require_gpu(device)
         return
     if device.arch in ("rocm", "vulkan", "opencl", "metal"):
-        import tvm
-
-        if not tvm.device(device.arch, 0).exist:
-            raise MetatuneError(f"target {device.target} needs a {device.arch} device and this machine has none")
-        return
+        raise MetatuneError(f"target {device.target} is a {device.arch} device: metatune measures CPUs (llvm) and "
+                            "NVIDIA GPUs (cuda); it can encode programs for this target but not time them")
     if device.arch != host.arch:
         raise MetatuneError(f"target {device.target} is for {device.arch}; this machine is {host.arch} "
                             "and cannot run its kernels (encode for it, or measure on such a device over RPC)")

@@ -85,9 +85,11 @@ def uninterrupted() -> Iterator[None]:
     try:
         yield
     finally:
-        _deferring -= 1
+        # Unblocked while still deferring: a signal that comes in between only requests the stop, and
+        # cannot raise before SIGINT is unblocked (which would leave it blocked for the rest of the run).
         if block:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _deferring -= 1
     raise_if_stopped()
 
 

@@ -61,12 +61,13 @@ def process_pool(workers: int, initializer: Callable[..., Any] | None = None,
                  initargs: tuple[Any, ...] = ()) -> WorkerPool:
     """Spawned workers that run `initializer(*initargs)` first and leave quietly on Ctrl-C."""
     return WorkerPool(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                      initializer=_start_worker, initargs=(initializer, initargs))
+                      initializer=_start_worker, initargs=(os.getpid(), initializer, initargs))
 
 
-def _start_worker(initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:
+def _start_worker(parent: int, initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:
+    """`parent` is passed, not read here: a parent gone before the worker started would be pid 1 already."""
     signal.signal(signal.SIGINT, _leave_quietly)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
     if initializer is not None:
         initializer(*initargs)
 

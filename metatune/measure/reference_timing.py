@@ -325,15 +325,24 @@ class ReferenceProcess:
         self._proc = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(asdict(self.spec))],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         self.pid = self._proc.pid
-        ready = self._reply(SETUP_TIMEOUT_S)
+        try:
+            ready = self._reply(SETUP_TIMEOUT_S)
+        except BaseException:  # a stop (Ctrl-C) or a bad reply during the set-up: the process goes too
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._close()
+            raise
         self.flops, self.max_rel_error, self.idle = ready["flops"], ready["max_rel_error"], ready["idle"]
         return self
 
     def time_pass(self) -> tuple[float, bool]:
         """(milliseconds of one pass, whether the process was idle again after it)."""
         assert self._proc.stdin is not None
-        self._proc.stdin.write("pass\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write("pass\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the process has ended: the reply below is its end, reported with its stderr
         reply = self._reply(60 * self.spec.pass_s + 60)
         return reply["ms"], reply["idle"]
 

@@ -6,6 +6,8 @@ Same as `python -m tvm.exec.rpc_server`, except that:
   CPU and records it in the dataset card (a plain TVM server is read through LLVM's host
   queries instead, which lack the CPU model name);
 * it binds 127.0.0.1 unless --host says otherwise (TVM's server executes whatever it is sent);
+* kernels run on every core the fingerprint reports (TVM_NUM_THREADS, as a local Measurer sets
+  it), not on TVM's own guess of the core count, which is 1 on some 2-vCPU VMs;
 * stopping this process (SIGTERM, SIGINT, SIGHUP) also stops TVM's listener child process,
   which otherwise keeps the port and its tracker registration.
 """
@@ -20,7 +22,8 @@ import sys
 from typing import Any, Sequence
 
 from metatune import MetatuneError
-from metatune.env.device import local_fingerprint
+from metatune.env.device import local_fingerprint, usable_cores
+from metatune.env.tvm_setup import use_threads
 from metatune.measure.runners import KEY_RE, parse_tracker
 
 FINGERPRINT_FUNC = "metatune.device_fingerprint"  # same name as metatune.measure.runners.FINGERPRINT_FUNC
@@ -71,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"warning: serving on 127.0.0.1, which a tuner on another host than this one cannot reach, while the "
               f"tracker is at {tracker.host}; pass --host with this machine's address if tuners elsewhere use it",
               file=sys.stderr)
+    use_threads(usable_cores())  # inherited by TVM's listener process and the sessions it starts
     # Imported under its package name (not __main__) so the callback is pickled by reference, not by value.
     from metatune.measure.rpc_server import register_fingerprint as init
 

@@ -32,6 +32,7 @@ from metatune.env.device import (
     require_runnable,
 )
 from metatune.env.plugin import RUNNER, RUNNER_FUTURE, plugin_class
+from metatune.env.target import parse_target
 from metatune.measure.arguments import alloc_rpc
 
 if TYPE_CHECKING:
@@ -242,12 +243,17 @@ def _fingerprint_from_llvm(sess: "RPCSession") -> "DeviceFingerprint":
         vendor = {"intel": "GenuineIntel", "amd": "AuthenticAMD"}.get(
             str(get("target.llvm_get_system_x86_vendor")()), "unknown"
         )
+    cores = int(get("s_tir.meta_schedule.cpu_count")(True))
+    threads = int(get("runtime.NumThreads")())
+    if threads != cores:
+        _warn(f"a plain TVM RPC server times kernels on {threads} threads of its {cores} cores (TVM's own guess): "
+              f"start it with TVM_NUM_THREADS={cores}, or use python -m metatune.measure.rpc_server, which does")
     return fingerprint_from_flags(
         arch=arch,
         vendor=vendor,
         cpu_model="unknown (plain TVM RPC server)",
         flags=flags,
-        num_cores=int(get("s_tir.meta_schedule.cpu_count")(True)),
+        num_cores=cores,
         llvm_host_cpu=str(get("tvm.codegen.llvm.GetHostCPUName")()),
     )
 
@@ -306,12 +312,15 @@ def make_runner(spec: str, settings: "MeasureSettings", target: str | None = Non
         require_runnable(device)
         return None, device
     if spec.startswith("rpc:"):
+        kind = parse_target(target).kind.name if target is not None else "llvm"
+        if kind != "llvm":
+            raise MetatuneError(f"target {target!r} is a {kind} device; over RPC metatune times CPU kernels only: "
+                                "run metatune on the GPU's own machine with this --target")
         runner, device = make_rpc_runner(parse_rpc_url(spec), settings)
         if target is not None:
             remote = device
             device = fingerprint_for_target(target, host=remote)
-            if device.arch == remote.arch:  # a GPU target's presence is the servers' to report
-                require_runnable(device, host=remote)
+            require_runnable(device, host=remote)
         return runner, device
     raise RunnerSpecError(f"unknown runner {spec!r}: expected 'local' or {RPC_URL_FORM}")
 

@@ -37,7 +37,7 @@ A100 = GpuInfo(name="NVIDIA A100-SXM4-40GB", compute_version="8.0", sm_count=108
     ("NVIDIA A100-SXM4-40GB", "a100"), ("NVIDIA A100 80GB PCIe", "a100pcie"), ("Tesla V100-SXM2-16GB", "v100"),
     ("NVIDIA GeForce RTX 3080 Ti", "rtx3080ti"), ("NVIDIA RTX A6000", "rtxa6000"),
     ("nvidia/nvidia-h100", "h100"), ("nvidia/geforce-rtx-3080", "rtx3080"), ("nvidia/rtx-a6000", "rtxa6000"),
-    ("NVIDIA", "generic"),
+    ("NVIDIA GH200 144G HBM3e", "gh200"), ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA", "generic"),
 ])
 def test_gpu_names_and_tags_give_one_model(name, model):
     assert gpu_model(name) == model

@@ -94,6 +94,11 @@ def test_device_ids_name_the_microarchitecture_and_tell_vendors_apart():
     assert classify_isa("x86_64", zen3 | {"avx512f", "avx512bw", "avx512vl"}, "AuthenticAMD", 25, 17) == "znver4"
     assert classify_isa("x86_64", zen3, "AuthenticAMD", cpu_family=23, model=49) == "znver2"
     assert classify_isa("x86_64", zen3, "AuthenticAMD", llvm_host_cpu="znver3") == "znver3"  # family unknown (RPC)
+    # AVX-512 hidden by the hypervisor: kernels for a Zen 4/5 class would die on an illegal instruction
+    assert classify_isa("x86_64", zen3, "AuthenticAMD", cpu_family=26, model=2) == "znver3"
+    assert classify_isa("x86_64", zen3, "AuthenticAMD", llvm_host_cpu="znver5") == "znver3"
+    assert classify_isa("x86_64", zen3 | {"avx512f"}, "AuthenticAMD", cpu_family=26, model=2) == "znver5"
+    assert classify_isa("x86_64", {"sse4_2"}, "AuthenticAMD", cpu_family=26, model=2) == "x86-64"
     assert classify_isa("x86_64", {"avx2", "fma"}, "GenuineIntel") == "haswell"
     assert classify_isa("x86_64", {"sse4_2"}, "GenuineIntel") == "x86-64"
     assert classify_isa("aarch64", {"asimd"}, "ARM") == "generic"
@@ -113,6 +118,25 @@ def test_this_machine_is_its_own_target_and_others_are_named_by_their_target():
     assert arm.device_id == "aarch64-generic-1c" and "neon" in arm.flags
     n1 = fingerprint_for_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1 -num-cores=4", host)
     assert n1.device_id == "aarch64-neoverse-n1-4c"
+    # other features than the class's: named by them, not filed as this machine's own class
+    features = fingerprint_for_target("llvm -mattr=+avx2,+fma", host)
+    assert features.device_id == f"{host.arch}-{host.isa_class}-as-generic+avx2+fma-{host.num_cores}c"
+    assert "avx512f" not in features.flags
+
+
+def test_a_guest_that_does_not_report_amx_still_runs_its_own_class():
+    """LLVM's sapphirerapids features include AMX, which tensor programs never use and some guests do not
+    report: `--target llvm` there is the machine's own class, as measuring without --target is."""
+    from metatune.env.device import fingerprint_for_target, fingerprint_from_flags, require_runnable
+
+    flags = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+             "avx512_bf16", "avx512_fp16"}
+    guest = fingerprint_from_flags("x86_64", "GenuineIntel", "Sapphire Rapids guest", flags, 2, "sapphirerapids")
+    assert guest.target["mcpu"] == "sapphirerapids"
+    for target in ("llvm", "llvm -mcpu=sapphirerapids -num-cores=2"):
+        device = fingerprint_for_target(target, guest)
+        assert device.device_id == guest.device_id == "x86_64-sapphirerapids-2c"
+        require_runnable(device, host=guest)
 
 
 @x86_host
@@ -124,7 +148,8 @@ def test_a_target_this_machine_cannot_run_is_a_one_line_error_with_exit_2():
 
     for target, message in [("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", "cannot run its kernels"),
                             ("nvidia/nvidia-h100", "has none"), ("llvm -mcpu=nosuchcpu", "not a CPU LLVM knows"),
-                            ("{bad json", "bad target JSON")]:
+                            ("{bad json", "bad target JSON"),
+                            ("vulkan", "metatune measures CPUs (llvm) and NVIDIA GPUs (cuda)")]:
         res = measure(target)
         assert res.returncode == 2 and message in res.stderr, (target, res.stderr)
         assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) <= 2

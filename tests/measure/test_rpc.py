@@ -98,6 +98,12 @@ def test_unknown_runner_and_bad_tracker():
             parse_tracker(text)
 
 
+def test_a_gpu_target_over_rpc_is_refused_before_any_server_is_asked():
+    """Servers report their CPU, and a GPU's kernels would be checked on this machine's GPU, if any."""
+    with pytest.raises(MetatuneError, match="over RPC metatune times CPU kernels only"):
+        make_runner(f"rpc://127.0.0.1:{free_port()}/gpu", None, target="nvidia/nvidia-h100")
+
+
 def test_lost_server_is_told_apart_from_a_failing_candidate():
     lost = "RPCRunner: An exception occurred\nTraceback ...\ntvm.error.InternalError: Check failed: (code == RPCCode::kReturn) is false: code=kShutdown"
     assert server_lost(lost)
@@ -249,9 +255,12 @@ def free_port() -> int:
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:
-    """In a new process group: TVM's listener is a child process that must die with it."""
+    """In a new process group: TVM's listener is a child process that must die with it. Without the
+    TVM_NUM_THREADS an earlier Measurer of this process set: a server chooses its threads itself."""
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", *args], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=f, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -328,6 +337,7 @@ def test_rpc_status_and_remote_fingerprints(cluster, capsys):
     from metatune.env.device import local_fingerprint
 
     data = status_data(str(cluster["tracker"]), probe=True)
+    probe_warnings = capsys.readouterr().err
     key = data["keys"]["loop"]
     assert len(key["servers"]) == 2 and key["runner"] == f"rpc://{cluster['tracker']}/loop"
     sources = sorted(d["source"] for d in key["devices"])
@@ -336,6 +346,18 @@ def test_rpc_status_and_remote_fingerprints(cluster, capsys):
     for d in key["devices"]:  # both ways of asking agree with what this (same) machine says
         fp = d["fingerprint"]
         assert fp["device_id"] == here.device_id and fp["target"] == here.target and fp["flags"] == list(here.flags)
+    # the metatune server's kernels run on the cores its fingerprint reports, not on TVM's guess
+    from metatune.env.device import usable_cores
+    from metatune.measure.runners import parse_rpc_url, request_session, remote_fingerprint
+
+    spec = parse_rpc_url(f"rpc://{cluster['tracker']}/loop")
+    sessions = [request_session(spec, session_timeout_s=60, wait_s=30) for _ in range(2)]
+    threads = {remote_fingerprint(sess)[1]: int(sess.get_function("runtime.NumThreads")()) for sess in sessions}
+    sessions.clear()
+    assert threads["metatune.measure.rpc_server"] == usable_cores(), threads
+    plain_guessed_wrong = threads["TVM's LLVM host queries"] != usable_cores()  # 1 of 2 cores on some VMs
+    assert ("a plain TVM RPC server times kernels on" in probe_warnings) == plain_guessed_wrong, probe_warnings
+    wait_for(lambda: free_under(cluster["tracker"], "loop") == 2, 30, "both servers to be free again")
     run_status(str(cluster["tracker"]), as_json=False)
     text = capsys.readouterr().out
     assert "2 servers under 1 key" in text and "loop" in text
