@@ -1,8 +1,8 @@
 """CPU time taken by other processes while something is timed, read from Linux's /proc.
 
 A load that lasts through every pass of a timing slows all passes alike, so no spread between
-passes shows it. What does show it is the machine's busy CPU time (including time the hypervisor
-gave to other guests: steal) beyond what the timed processes used themselves.
+passes shows it. What does show it is the busy CPU time of the CPUs we run on (including time the
+hypervisor gave to other guests: steal) beyond what the timed processes used themselves.
 """
 
 from __future__ import annotations
@@ -18,10 +18,18 @@ BUSY_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "st
 NOT_BUSY = ("idle", "iowait")
 
 
-def machine_busy_s() -> float:
-    """Seconds of CPU time all CPUs spent busy since boot (steal included: lost to other guests)."""
-    values = PROC.joinpath("stat").read_text().split("\n", 1)[0].split()[1:1 + len(BUSY_FIELDS)]
-    busy = sum(int(v) for name, v in zip(BUSY_FIELDS, values) if name not in NOT_BUSY)
+def our_cpus_busy_s() -> float:
+    """Seconds of CPU time the CPUs this process may run on (its affinity, which the processes it
+    starts inherit) spent busy since boot, steal included (lost to other guests). A load on other
+    CPUs of a large machine (`taskset`, a container's cpuset) does not slow what we time."""
+    ours = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+    busy = 0
+    for line in PROC.joinpath("stat").read_text().splitlines()[1:]:
+        name, *values = line.split()
+        if not name.startswith("cpu"):
+            break  # the per-CPU lines come first
+        if name in ours:
+            busy += sum(int(v) for field, v in zip(BUSY_FIELDS, values) if field not in NOT_BUSY)
     return busy / os.sysconf("SC_CLK_TCK")
 
 
@@ -78,12 +86,12 @@ class OtherLoad:
     descendants: bool = False
 
     def start(self) -> "OtherLoad":
-        self._wall, self._busy, self._own = time.perf_counter(), machine_busy_s(), self._own_s()
+        self._wall, self._busy, self._own = time.perf_counter(), our_cpus_busy_s(), self._own_s()
         return self
 
     def cores(self) -> float:
         wall = time.perf_counter() - self._wall
-        other = (machine_busy_s() - self._busy) - (self._own_s() - self._own)
+        other = (our_cpus_busy_s() - self._busy) - (self._own_s() - self._own)
         return max(other, 0.0) / max(wall, 1e-9)
 
     def _own_s(self) -> float:

@@ -38,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Literal, Sequence
 import numpy as np
 
 from metatune import MetatuneError
+from metatune.env.device import usable_cores
 from metatune.measure.check import WrongResultError, output_error
 from metatune.measure.cpu_load import OtherLoad
 from metatune.measure.measurer import median_latency
@@ -285,7 +286,7 @@ def compare(spec: ReferenceSpec, tvm_pass: Callable[[], float] | None, passes: i
             if not idle:
                 reasons.append(REFERENCE_BUSY)
         other_cores = other.cores()
-    cores = os.cpu_count() or 1
+    cores = usable_cores()  # the CPUs OtherLoad watches
     if other_cores > OTHER_LOAD_LIMIT * cores:
         reasons.append(f"other processes kept {other_cores:.2g} of {cores} cores busy while timing")
     estimate = _estimate(reference, tvm)

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from metatune.measure.cpu_load import OtherLoad, process_cpu_s, process_tree
 
 
@@ -68,3 +70,33 @@ def test_process_tree_lists_children_of_children():
         os.kill(grandchild, 9)
         child.kill()
         child.wait()
+
+
+AFFINITY_SCRIPT = """
+import os, subprocess, sys, time
+from metatune.measure.cpu_load import OtherLoad
+
+os.sched_setaffinity(0, {int(sys.argv[1])})
+hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+os.sched_setaffinity(hog.pid, {int(sys.argv[2])})
+try:
+    load = OtherLoad((os.getpid(),)).start()
+    time.sleep(1.0)
+    print(load.cores())
+finally:
+    hog.kill()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to run on")
+def test_only_a_load_on_the_cpus_we_run_on_counts():
+    """On a large machine shared with `taskset` or a cpuset, a busy CPU we do not run on slows nothing we time."""
+    ours, other = sorted(os.sched_getaffinity(0))[:2]
+
+    def cores_busy(hog_cpu: int) -> float:
+        proc = subprocess.run([sys.executable, "-c", AFFINITY_SCRIPT, str(ours), str(hog_cpu)], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return float(proc.stdout)
+
+    assert cores_busy(ours) > 0.5 and cores_busy(other) < 0.3
