@@ -51,6 +51,9 @@ class GraphBatch:
         return self.x, self.edge_index, self.mask
 
 
+MIN_STD = 1e-3  # `fit`'s floor: a feature whose std is at it never varied in the training set
+
+
 @dataclass
 class FeatureStats:
     """Per-feature mean/std of real loops in the training set (travels with the checkpoint)."""
@@ -61,7 +64,13 @@ class FeatureStats:
     @classmethod
     def fit(cls, sets: Sequence["EncodedWorkload"]) -> "FeatureStats":
         feats = torch.cat([w.features for w in sets])
-        return cls(feats.mean(0), feats.std(0).clamp(min=1e-3))
+        return cls(feats.mean(0), feats.std(0).clamp(min=MIN_STD))
+
+    def normalize(self, feats: torch.Tensor) -> torch.Tensor:
+        """(x - mean) / std, and 0 for a feature that never varied in training: the model's weights
+        on it never learnt (their gradient was 0), and divided by the floor an unseen value (a fourth
+        buffer where training programs had three) would reach the model 1000 times too large."""
+        return torch.where(self.std > MIN_STD, (feats - self.mean) / self.std, torch.zeros((), dtype=feats.dtype))
 
 
 @dataclass
@@ -106,7 +115,7 @@ class GraphBuilder:
         self._template_edges = layout.template_edges(template.parents)
 
     def _normalized(self, feats: torch.Tensor) -> torch.Tensor:
-        return feats if self.stats is None else (feats - self.stats.mean) / self.stats.std
+        return feats if self.stats is None else self.stats.normalize(feats)
 
     def batch(self, w: EncodedWorkload, idx: Sequence[int] | torch.Tensor) -> GraphBatch:
         idx = [int(i) for i in idx]

@@ -116,7 +116,8 @@ class TrainedModel:
         tensors["stats.std"] = self.builder.stats.std.contiguous()
         metadata = {
             "model_config": json.dumps(self.model.config.to_json()),
-            "normalization": json.dumps({"features": "(x - stats.mean) / stats.std on real loops",
+            "normalization": json.dumps({"features": "(x - stats.mean) / stats.std on real loops, 0 where stats.std "
+                                                     "is at its floor 1e-3 (never varied in training)",
                                          "target": "per-workload standardised log2 GFLOPS"}),
             "mode": self.builder.mode,
             "template_version": self.builder.template.version,

@@ -43,6 +43,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
+from metatune.encode.supergraph import Template, device_kind
 from metatune.env.device import usable_cores
 from metatune.env.target import parse_target, target_json
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
@@ -164,6 +165,13 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     notes: list[str] = []
     if checkpoint != "auto":
         named = open_checkpoint(checkpoint)
+        needed = Template.for_target(fingerprint.tvm_target())
+        if named.trained.builder.template.version != needed.version:
+            # Every prediction would fail and each task fall back to TVM's model, after its coverage check passed.
+            raise MetatuneError(f"checkpoint {checkpoint} encodes programs with super-graph template "
+                                f"{named.trained.builder.template.version}, and {fingerprint.device_id}'s programs "
+                                f"need {device_kind(fingerprint.tvm_target()).name}'s ({needed.version}): "
+                                "pass a checkpoint trained on that kind of device")
         if named.device_id and named.device_id != fingerprint.device_id:
             note = (f"checkpoint {checkpoint} was trained on {named.device_id}, this device is {fingerprint.device_id}: "
                     "its predictions start less accurate and online adaptation has more to correct")

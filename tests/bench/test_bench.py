@@ -1,4 +1,4 @@
-"""`metatune bench`: the quick suite end to end (structure only, not speed), suites, bad input."""
+"""`metatune bench`: a small suite end to end (structure only, not speed), suites, bad input."""
 
 from __future__ import annotations
 
@@ -41,20 +41,33 @@ def small_dataset(tmp_path_factory) -> Path:
     return root
 
 
+# Two workloads that tune in seconds with every strategy: TVM's evolutionary search (xgb, xgb-transfer)
+# takes tens of seconds a run on the quick suite's convolutions, and the bench's code is the same for all.
+BENCH_SUITE = ("- {name: dense, workload: 'dense:m=64,n=64,k=64'}\n"
+               "- {name: narrow, workload: 'dense:m=32,n=64,k=32'}\n")
+
+
 @pytest.fixture(scope="module")
-def quick_bench(tmp_path_factory, small_dataset) -> tuple[Path, subprocess.CompletedProcess]:
+def bench_suite(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("suite") / "suite.yaml"
+    path.write_text(BENCH_SUITE)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def quick_bench(tmp_path_factory, small_dataset, bench_suite) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("bench")
-    args = ("bench", "--suite", "quick", "--budgets", "2,4", "--trials-per-iter", "4",
+    args = ("bench", "--suite", bench_suite, "--budgets", "2,4", "--trials-per-iter", "4",
             "--strategies", ",".join(STRATEGIES), "--out", str(out), "--reference-passes", str(PASSES))
     return out, run_cli(*args, env={"METATUNE_DATASET": str(small_dataset)})
 
 
-def test_quick_suite_every_strategy_produces_verified_results(quick_bench):
+def test_every_strategy_produces_verified_results(quick_bench, bench_suite):
     out, proc = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    names = [b.name for b in load_suite("quick")]
+    names = [b.name for b in load_suite(bench_suite)]
     assert {(r["workload"], r["strategy"], r["budget"]) for r in rows} == {
         (n, s, b) for n in names for s in STRATEGIES for b in ("2", "4")}
     assert all(r["verified"] == "True" and float(r["best_gflops"]) > 0 for r in rows)
@@ -66,7 +79,7 @@ def test_quick_suite_every_strategy_produces_verified_results(quick_bench):
             assert float(r["best_gflops"]) >= float(at2["best_gflops"])
 
 
-def test_quick_suite_writes_table_curves_and_references(quick_bench):
+def test_a_bench_writes_table_curves_and_references(quick_bench, bench_suite):
     out, proc = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "table.md").read_text()
@@ -76,7 +89,7 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     references = json.loads((out / "references.json").read_text())
     assert references["fp32_peak_gflops"] > 0
-    assert set(references["torch"]) == {b.name for b in load_suite("quick")}
+    assert set(references["torch"]) == {b.name for b in load_suite(bench_suite)}
     assert all(r["max_rel_error"] < 1e-4 and r["latency_us"] > 0 and r["spread"] >= 0
                for r in references["torch"].values())
     # every pass is kept (no more than --reference-passes), and whether they disagreed
@@ -92,17 +105,17 @@ def test_quick_suite_writes_table_curves_and_references(quick_bench):
     assert f"{peak['library']}'s matmul" in table
 
 
-def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset):
+def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset, bench_suite):
     out, proc = quick_bench
     assert proc.returncode == 0
     before = {p: p.read_text() for p in (out / "runs").glob("*/*.json")}
-    again = run_cli("bench", "--suite", "quick", "--budgets", "2,4", "--strategies", ",".join(STRATEGIES),
+    again = run_cli("bench", "--suite", bench_suite, "--budgets", "2,4", "--strategies", ",".join(STRATEGIES),
                     "--out", str(out), env={"METATUNE_DATASET": str(small_dataset)})
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_text() for p in (out / "runs").glob("*/*.json")} == before
 
 
-def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench, tmp_path):
+def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench, tmp_path, bench_suite):
     """`--retime`: for every run and budget, the trial TVM would deploy (its database's first: the lowest
     mean of the repeats) is built, verified and timed again, in the given number of rounds; the table
     gains the re-timed comparison."""
@@ -111,11 +124,11 @@ def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench,
     copy = tmp_path / "bench"
     shutil.copytree(out, copy)
     retimed = ["metatune", "xgb"]  # of the runs in --out, those of the strategies named
-    res = run_cli("bench", "--suite", "quick", "--budgets", "2,4", "--strategies", ",".join(retimed),
+    res = run_cli("bench", "--suite", bench_suite, "--budgets", "2,4", "--strategies", ",".join(retimed),
                   "--out", str(copy), "--retime", "--rounds", "2")
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads((copy / "retimed.json").read_text())
-    names = [b.name for b in load_suite("quick")]
+    names = [b.name for b in load_suite(bench_suite)]
     assert sorted(data["workloads"]) == sorted(names) and data["rounds"] == 2
     for name in names:
         runs = data["workloads"][name]["runs"]

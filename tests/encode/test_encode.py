@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
 from metatune.encode.layout import FIRST_FEATURE, NODE_WIDTH, interval_node, num_edges, template_edges, width
@@ -346,3 +347,17 @@ def test_every_family_is_in_the_template_workloads():
 
     assert {w.split(":")[0] for w in TEMPLATE_WORKLOADS} == set(FAMILIES)
     assert any(k.kind == CATEGORICAL for k in search_space("dense")[0].knobs)
+
+
+def test_a_feature_that_never_varied_in_training_reaches_the_model_as_zero():
+    """No training program had a fourth buffer (the shipped checkpoints' `buf3` columns are constant):
+    divided by the std's floor, a program with one reached the model with those features 1000 times
+    their value, on weights that never learnt. Such a feature is 0 instead; the others are standardised."""
+    from types import SimpleNamespace
+
+    from metatune.encode.graphs import MIN_STD, FeatureStats
+
+    stats = FeatureStats.fit([SimpleNamespace(features=torch.tensor([[1.0, 0.0], [3.0, 0.0]]))])
+    assert float(stats.std[1]) == pytest.approx(MIN_STD)
+    normalized = stats.normalize(torch.tensor([[2.0, 12.0], [1.0, 0.0]]))
+    assert torch.allclose(normalized, torch.tensor([[0.0, 0.0], [-2.0 ** -0.5, 0.0]]))

@@ -12,7 +12,7 @@ import torch
 
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.features import NUM_FEATURES
-from metatune.encode.graphs import FeatureStats, GraphBuilder, encode_programs
+from metatune.encode.graphs import MIN_STD, FeatureStats, GraphBuilder, encode_programs
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.features import VariantFeatures
@@ -42,8 +42,11 @@ def encoder() -> GraphEncoder:
 
 @functools.lru_cache(maxsize=None)
 def builder() -> GraphBuilder:
-    """Standardisation with arbitrary statistics: the layout, not the checkpoint, is under test."""
-    stats = FeatureStats(torch.linspace(-1.0, 2.0, NUM_FEATURES), torch.linspace(0.5, 3.0, NUM_FEATURES))
+    """Standardisation with arbitrary statistics: the layout, not the checkpoint, is under test. Two
+    features are at the std's floor (never varied in training): both ways must give them 0."""
+    std = torch.linspace(0.5, 3.0, NUM_FEATURES)
+    std[[0, NUM_FEATURES - 1]] = MIN_STD
+    stats = FeatureStats(torch.linspace(-1.0, 2.0, NUM_FEATURES), std)
     return GraphBuilder(Template.load(), "supergraph", stats)
 
 

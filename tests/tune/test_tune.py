@@ -262,6 +262,16 @@ def test_checkpoint_of_another_device_warns_what_happens(tmp_path):
     assert notes
 
 
+def test_a_checkpoint_of_another_kind_of_device_is_refused():
+    """A GPU checkpoint cannot encode CPU programs: every prediction would fail, each task silently on TVM's model."""
+    from metatune import MetatuneError
+    from metatune.env.device import local_fingerprint
+    from metatune.tune.tuner import resolve_checkpoint
+
+    with pytest.raises(MetatuneError, match="encodes programs with super-graph template .* need cpu's"):
+        resolve_checkpoint("cuda-sm90-h100/v1", local_fingerprint())
+
+
 def test_checkpoint_takes_a_zoo_id(monkeypatch, tmp_path):
     """`--checkpoint DEVICE_ID/vN` (or a bare DEVICE_ID) loads through the zoo, which checks its sha256."""
     import shutil

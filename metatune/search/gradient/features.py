@@ -33,6 +33,7 @@ import torch
 
 from metatune.encode import layout
 from metatune.encode.features import NUM_BUFFER_SLOTS, NUM_FEATURES, buffer_slots, owners
+from metatune.encode.graphs import FeatureStats
 from metatune.encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED
 from metatune.encode.supergraph import EncodedProgram, GraphEncoder, RoleCache  # the encoder's own slot rules
 from metatune.search.gradient import NotDifferentiable
@@ -103,8 +104,8 @@ class VariantFeatures:
                 self.spans.append((lp.index, cc, cm, ec, em))
         t = builder.template
         self.num_slots, self.num_nodes = t.num_slots, t.num_nodes
-        self.mean = builder.stats.mean if builder.stats is not None else torch.zeros(NUM_FEATURES)
-        self.std = builder.stats.std if builder.stats is not None else torch.ones(NUM_FEATURES)
+        self.stats = builder.stats if builder.stats is not None else FeatureStats(torch.zeros(NUM_FEATURES),
+                                                                                  torch.ones(NUM_FEATURES))
         unroll = program.unroll
         values = unroll.categories if unroll is not None else (0,)
         self.unroll_values = torch.tensor(values, dtype=torch.long)
@@ -239,7 +240,7 @@ class VariantFeatures:
             feats = self.loop_features(plan, y[idx], le[idx], unroll[idx]).to(torch.float32)
             x = torch.zeros(len(members), self.num_nodes, self.builder.width)
             layout.place(x, slice(None), layout.for_node(plan.slots), layout.interval_node(plan.slots, self.num_slots),
-                         (feats - self.mean) / self.std)
+                         self.stats.normalize(feats))
             parts.append(x)
             order += members
         x = torch.cat(parts)[torch.argsort(torch.tensor(order))]
