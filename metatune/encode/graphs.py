@@ -67,9 +67,10 @@ class FeatureStats:
         return cls(feats.mean(0), feats.std(0).clamp(min=MIN_STD))
 
     def normalize(self, feats: torch.Tensor) -> torch.Tensor:
-        """(x - mean) / std, and 0 for a feature that never varied in training: the model's weights
-        on it never learnt (their gradient was 0), and divided by the floor an unseen value (a fourth
-        buffer where training programs had three) would reach the model 1000 times too large."""
+        """(x - mean) / std, and 0 for a feature that did not vary in training (std at the floor): the
+        model's weights on it never learnt (their gradient was 0), and divided by the floor an unseen
+        value (a fourth buffer where training programs had three) would reach the model 1000 times too
+        large. The statistics travel with the checkpoint, so a model adapted from it ignores the feature too."""
         return torch.where(self.std > MIN_STD, (feats - self.mean) / self.std, torch.zeros((), dtype=feats.dtype))
 
 

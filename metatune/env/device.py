@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
@@ -236,7 +237,7 @@ def _llvm_flags(target: "Any") -> set[str]:
 def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = None) -> DeviceFingerprint:
     """The device a `--target` names: this machine when None; this machine compiled for another
     CPU class or features when the target runs here (`x86_64-znver3-as-haswell-2c`,
-    `x86_64-sapphirerapids-as-generic+avx2+fma-2c`); else a device known from
+    `x86_64-sapphirerapids-as-generic_avx2_fma-2c`); else a device known from
     the target alone (`aarch64-generic-2c`), which can be encoded for but not measured here.
     A CUDA target: `cuda` (no arch) is this machine's GPU; a tag, or a target equal to one, names
     its GPU (`cuda-sm90-h100`); any other arch is `cuda-smXY-generic`."""
@@ -274,13 +275,20 @@ def fingerprint_for_target(text: str | None, host: DeviceFingerprint | None = No
                                  llvm_host_cpu=host.llvm_host_cpu, target=config)
     if arch == host.arch and not missing_flags(flags, host):
         # Compiled for another class, or with other features, the programs use only those instructions.
-        features = "".join(str(f) for f in config.get("mattr", ()))
         return DeviceFingerprint(arch=arch, vendor=host.vendor, cpu_model=host.cpu_model,
-                                 isa_class=f"{host.isa_class}-as-{mcpu or 'generic'}{features}",
+                                 isa_class=f"{host.isa_class}-as-{mcpu or 'generic'}{_features_suffix(config)}",
                                  flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu=host.llvm_host_cpu,
                                  target=config)
     return DeviceFingerprint(arch=arch, vendor="unknown", cpu_model="unknown", isa_class=mcpu or "generic",
                              flags=_codegen_flags(flags), num_cores=cores, llvm_host_cpu="", target=config)
+
+
+def _features_suffix(config: dict[str, Any]) -> str:
+    """`-mattr=+avx2,+fma,-avx512f` as `_avx2_fma_no.avx512f`: in any order the same, and only characters a
+    zoo id may hold."""
+    names = sorted(f[1:] if f.startswith("+") else f"no.{f[1:]}" if f.startswith("-") else f
+                   for f in map(str, config.get("mattr", ())))
+    return "".join("_" + re.sub(r"[^A-Za-z0-9.]", ".", name) for name in names)
 
 
 def gpu_fingerprint(name: str, target: dict[str, Any], sm_count: int = 0, memory_bytes: int = 0,

@@ -19,7 +19,7 @@ from typing import Any
 from metatune.env.target import target_json
 
 # Words of a GPU name that say nothing about the chip: brand, memory size and type, SXM module.
-_NOT_MODEL = re.compile(r"nvidia|geforce|tesla|gpu|\d+gb?|hbm\d*e?|g?ddr\d*x?|sxm\d*")
+_NOT_MODEL = re.compile(r"nvidia|geforce|tesla|gpu|\d{2,}gb?|hbm\d*e?|g?ddr\d*x?|sxm\d*")
 
 UNKNOWN_MODEL = "generic"
 

@@ -79,14 +79,14 @@ def uninterrupted() -> Iterator[None]:
     raises `Interrupted` if one came, so that the caller never uses (writes) the work's results."""
     global _deferring
     block = _active and not _deferring and threading.current_thread() is threading.main_thread()
-    if block:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # Blocked and unblocked while deferring: a signal that comes in between only requests the stop, and
+    # cannot raise with SIGINT blocked (which would leave it blocked for the rest of the run).
     _deferring += 1
     try:
+        if block:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         yield
     finally:
-        # Unblocked while still deferring: a signal that comes in between only requests the stop, and
-        # cannot raise before SIGINT is unblocked (which would leave it blocked for the rest of the run).
         if block:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         _deferring -= 1

@@ -21,16 +21,22 @@ NOT_BUSY = ("idle", "iowait")
 def our_cpus_busy_s() -> float:
     """Seconds of CPU time the CPUs this process may run on (its affinity, which the processes it
     starts inherit) spent busy since boot, steal included (lost to other guests). A load on other
-    CPUs of a large machine (`taskset`, a container's cpuset) does not slow what we time."""
-    ours = {f"cpu{n}" for n in os.sched_getaffinity(0)}
-    busy = 0
-    for line in PROC.joinpath("stat").read_text().splitlines()[1:]:
+    CPUs of a large machine (`taskset`, a container's cpuset) does not slow what we time. Where
+    /proc/stat does not list our CPUs by their numbers (LXCFS renumbers them from 0), all its CPUs."""
+    lines = PROC.joinpath("stat").read_text().splitlines()
+    per_cpu = {}
+    for line in lines[1:]:
         name, *values = line.split()
         if not name.startswith("cpu"):
             break  # the per-CPU lines come first
-        if name in ours:
-            busy += sum(int(v) for field, v in zip(BUSY_FIELDS, values) if field not in NOT_BUSY)
+        per_cpu[name] = _busy_ticks(values)
+    ours = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+    busy = sum(per_cpu[name] for name in ours) if ours <= per_cpu.keys() else _busy_ticks(lines[0].split()[1:])
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_ticks(values: list[str]) -> int:
+    return sum(int(v) for field, v in zip(BUSY_FIELDS, values) if field not in NOT_BUSY)
 
 
 def _stat_fields(pid: int) -> list[str]:

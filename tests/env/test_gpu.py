@@ -38,6 +38,7 @@ A100 = GpuInfo(name="NVIDIA A100-SXM4-40GB", compute_version="8.0", sm_count=108
     ("NVIDIA GeForce RTX 3080 Ti", "rtx3080ti"), ("NVIDIA RTX A6000", "rtxa6000"),
     ("nvidia/nvidia-h100", "h100"), ("nvidia/geforce-rtx-3080", "rtx3080"), ("nvidia/rtx-a6000", "rtxa6000"),
     ("NVIDIA GH200 144G HBM3e", "gh200"), ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA", "generic"),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.10gb", "a100mig1g"), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "a100mig3g"),
 ])
 def test_gpu_names_and_tags_give_one_model(name, model):
     assert gpu_model(name) == model

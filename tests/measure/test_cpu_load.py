@@ -99,4 +99,21 @@ def test_only_a_load_on_the_cpus_we_run_on_counts():
         assert proc.returncode == 0, proc.stderr
         return float(proc.stdout)
 
-    assert cores_busy(ours) > 0.5 and cores_busy(other) < 0.3
+    assert cores_busy(ours) > 0.6 and cores_busy(other) < 0.4
+
+
+def test_busy_time_is_read_for_our_cpus_or_else_all(tmp_path, monkeypatch):
+    """Our CPUs' lines of /proc/stat; where it does not list them by their numbers (LXCFS renumbers a
+    container's CPUs from 0), the machine's line rather than nothing."""
+    from metatune.measure import cpu_load
+
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(cpu_load, "PROC", tmp_path)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5})
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+    stat.write_text("cpu  60 0 30 900 9 0 0 6\ncpu4 10 0 5 100 1 0 0 1\ncpu5 20 0 5 100 1 0 0 2\n"
+                    "cpu6 30 0 20 700 7 0 0 3\nintr 1 2 3\n")
+    assert cpu_load.our_cpus_busy_s() == (16 + 27) / tick
+    stat.write_text("cpu  60 0 30 900 9 0 0 6\ncpu0 10 0 5 100 1 0 0 1\ncpu1 50 0 25 800 8 0 0 5\nintr 1 2 3\n")
+    assert cpu_load.our_cpus_busy_s() == 96 / tick
