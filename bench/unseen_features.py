@@ -12,8 +12,9 @@ configurations are measured (the same ones for both), and the checkpoint's score
 measured speeds both ways: zero-shot (BatchBO's prior before a task's first measurement) and adapted by
 MAML's inner loop on the first 8 configurations, as `tune` adapts it (then ranking the others): the
 rank correlation, and how fast the best-scored configuration is against the best measured one.
-With `--target` (another device, e.g. a GPU's checkpoint on this CPU) the programs are encoded, not
-measured, and the two ways' zero-shot scores are compared with each other.
+With a `--target` this machine cannot run (a GPU's, here without one) the programs are encoded, not
+measured, and the two ways' zero-shot scores are compared with each other; on the GPU's machine,
+`--target cuda` measures.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def scores(trained, builder, encoded, support: int) -> np.ndarray:
 def study(model: str, checkpoint: str | None, configs: int, seed: int, target_text: str | None) -> dict:
     from metatune.encode.graphs import MIN_STD, GraphBuilder, encode_programs
     from metatune.encode.supergraph import GraphEncoder
-    from metatune.env.device import fingerprint_for_target
+    from metatune import MetatuneError
+    from metatune.env.device import fingerprint_for_target, require_runnable
     from metatune.env.tvm_setup import import_tensor_intrinsics
     from metatune.learn.named_checkpoint import open_checkpoint
     from metatune.measure.measurer import Measurer, MeasureSettings, median_latency
@@ -67,6 +69,11 @@ def study(model: str, checkpoint: str | None, configs: int, seed: int, target_te
 
     import_tensor_intrinsics()
     device = fingerprint_for_target(target_text)
+    try:
+        require_runnable(device)
+        measured = True
+    except MetatuneError:  # another device's programs (a GPU's on this CPU): encoded, not measured
+        measured = False
     target = device.tvm_target()
     named = open_checkpoint(checkpoint or device.device_id)
     trained = named.trained
@@ -76,19 +83,19 @@ def study(model: str, checkpoint: str | None, configs: int, seed: int, target_te
     ways = (("divided by the floor", before), ("zero", trained.builder))
     rng = np.random.default_rng(seed)
     out = {"device": device.device_id, "checkpoint": named.id, "model": model, "configs": configs,
-           "measured": target_text is None, "tasks": {}}
-    with Measurer(target, MeasureSettings(verify=False)) if target_text is None else nullcontext() as measurer:
+           "measured": measured, "tasks": {}}
+    with Measurer(target, MeasureSettings(verify=False)) if measured else nullcontext() as measurer:
         for task in extract_tasks(import_model(ModelSource.parse(model)).mod, target):
             space = SearchSpace(DesignSpaces.from_context(task_context(task, target)))
             drawn = [c for c in (space.sample(rng) for _ in range(configs)) if c is not None]
             if not drawn or not any(np.abs(encoder.analyse(c).features[:, unseen]).max() > 0 for c in drawn[:4]):
                 continue
-            if target_text is not None:  # another device: how far apart the two ways' zero-shot scores rank
+            if not measured:  # how far apart the two ways' zero-shot scores rank
                 encoded = encode_programs(encoder, [c.sch for c in drawn], "", "", "study", [0.0] * len(drawn))
                 first, second = (scores(trained, builder, encoded, 0) for _, builder in ways)
                 top = set(np.argsort(-first)[:8]) & set(np.argsort(-second)[:8])
-                row = {"drawn": len(drawn), "spearman_between_ways": round(float(spearmanr(first, second).statistic), 3),
-                       "top8_shared": len(top)}
+                agreement = float(spearmanr(first, second).statistic)
+                row = {"drawn": len(drawn), "spearman_between_ways": round(agreement, 3), "top8_shared": len(top)}
             else:
                 results = measurer.measure(None, [c.measure_candidate() for c in drawn])
                 timed = [(c, r) for c, r in zip(drawn, results) if r.failure is None]
@@ -112,8 +119,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None, help="zoo id or path (default: this device's newest)")
     parser.add_argument("--configs", type=int, default=48, help="random configurations measured per task")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", default=None, help="another device's target (e.g. nvidia/nvidia-h100): its "
-                        "programs are encoded, not measured, and the two ways' scores compared with each other")
+    parser.add_argument("--target", default=None,
+                        help="the device's target (default: this machine; `cuda`: its GPU); one this machine cannot "
+                        "run (nvidia/nvidia-h100 here) is encoded, not measured, and the two ways' scores compared")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     result = study(args.model, args.checkpoint, args.configs, args.seed, args.target)
