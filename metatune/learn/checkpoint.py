@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel, ModelConfig
-from metatune.encode.graphs import MODES, FeatureStats, GraphBuilder
+from metatune.encode.graphs import MIN_STD, MODES, FeatureStats, GraphBuilder
 from metatune.encode.supergraph import Template, TemplateMismatch
 from metatune.learn.maml import MAMLConfig
 
@@ -117,7 +117,7 @@ class TrainedModel:
         metadata = {
             "model_config": json.dumps(self.model.config.to_json()),
             "normalization": json.dumps({"features": "(x - stats.mean) / stats.std on real loops, 0 where stats.std "
-                                                     "is at its floor 1e-3 (never varied in training)",
+                                                     f"is at its floor {MIN_STD:g} (never varied in training)",
                                          "target": "per-workload standardised log2 GFLOPS"}),
             "mode": self.builder.mode,
             "template_version": self.builder.template.version,

@@ -165,12 +165,12 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
     notes: list[str] = []
     if checkpoint != "auto":
         named = open_checkpoint(checkpoint)
-        needed = Template.for_target(fingerprint.tvm_target())
-        if named.trained.builder.template.version != needed.version:
+        target = fingerprint.tvm_target()
+        trained_on, needed = named.trained.builder.template.version, Template.for_target(target).version
+        if trained_on != needed:
             # Every prediction would fail and each task fall back to TVM's model, after its coverage check passed.
-            raise MetatuneError(f"checkpoint {checkpoint} encodes programs with super-graph template "
-                                f"{named.trained.builder.template.version}, and {fingerprint.device_id}'s programs "
-                                f"need {device_kind(fingerprint.tvm_target()).name}'s ({needed.version}): "
+            raise MetatuneError(f"checkpoint {checkpoint} encodes programs with super-graph template {trained_on}, "
+                                f"and {fingerprint.device_id}'s programs need {device_kind(target).name}'s ({needed}): "
                                 "pass a checkpoint trained on that kind of device")
         if named.device_id and named.device_id != fingerprint.device_id:
             note = (f"checkpoint {checkpoint} was trained on {named.device_id}, this device is {fingerprint.device_id}: "
