@@ -344,6 +344,11 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
     if missing:
         raise MetatuneError(f"target {device.target} uses {', '.join(missing)}, which this CPU "
                             f"({host.device_id}) lacks: its kernels cannot run here")
+    if device.num_cores != host.num_cores:
+        # Kernels run on the host's usable cores whatever the target says: timings of 2 threads filed as a 4c device.
+        raise MetatuneError(f"target {device.target} is a {device.num_cores}-core device, but kernels here run on the "
+                            f"{host.num_cores} cores this process may use ({host.device_id}): leave out -num-cores, or "
+                            f"run metatune on {device.num_cores} cores (taskset -c) of a machine that has them")
 
 
 def _require_gpu(device: DeviceFingerprint) -> None:

@@ -10,6 +10,7 @@ from metatune import MetatuneError
 from metatune.dataset import builder
 from metatune.dataset.card import compute_counts, read_card, write_card
 from metatune.dataset.store import DISTURBED_FILE, DatasetStore
+from metatune.env.device import usable_cores
 from metatune.measure.cpu_load import DISTURBING_CORES
 from metatune.workload.operators import Workload
 from tests.dataset.test_dataset import write_spec
@@ -108,4 +109,4 @@ def test_a_build_that_crashed_in_its_first_batch_refuses_another_device(tmp_path
     card = read_card(out)
     assert card is not None and card["totals"]["records"] == 0
     with pytest.raises(MetatuneError, match="holds measurements of"):
-        builder.build_dataset(spec, out, batch=2, target="llvm -mcpu=haswell -num-cores=2")
+        builder.build_dataset(spec, out, batch=2, target=f"llvm -mcpu=haswell -num-cores={usable_cores()}")

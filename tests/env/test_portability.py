@@ -13,6 +13,7 @@ import platform
 import numpy as np
 import pytest
 
+from metatune import MetatuneError
 from metatune.env.target import CPU_TARGET_CLASSES
 from tests.conftest import SMALL_SHAPES
 from tests.processes import run_metatune
@@ -141,6 +142,20 @@ def test_a_guest_that_does_not_report_amx_still_runs_its_own_class():
         device = fingerprint_for_target(target, guest)
         assert device.device_id == guest.device_id == "x86_64-sapphirerapids-2c"
         require_runnable(device, host=guest)
+
+
+def test_a_target_with_other_cores_than_this_process_may_use_is_not_measured_here():
+    """Kernels run on the cores the process may use whatever `-num-cores` says: such timings would be
+    filed under another device."""
+    from metatune.env.device import fingerprint_for_target, fingerprint_from_flags, require_runnable
+
+    guest = fingerprint_from_flags("x86_64", "AuthenticAMD", "AMD EPYC", {"sse4_2", "avx", "avx2", "fma"}, 2, "znver3")
+    require_runnable(fingerprint_for_target("llvm -mcpu=znver3 -num-cores=2", guest), host=guest)
+    for cores in (1, 4):
+        device = fingerprint_for_target(f"llvm -mcpu=znver3 -num-cores={cores}", guest)
+        assert device.device_id == f"x86_64-znver3-{cores}c"
+        with pytest.raises(MetatuneError, match=f"is a {cores}-core device, but kernels here run on the 2 cores"):
+            require_runnable(device, host=guest)
 
 
 @x86_host
