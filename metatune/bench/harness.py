@@ -369,5 +369,6 @@ def _transfer_model(echo: Callable[[str], None], target: str | None) -> Any:
     """xgb-transfer's pretrained XGBModel, trained once per bench on the dataset of the device the
     bench tunes for (`--target`; this machine by default), as `metatune tune` would train it."""
 
-    import_tensor_intrinsics()
-    return TransferredXGB.from_dataset(transfer_dataset(target), fingerprint_for_target(target).tvm_target(), echo=echo)
+    tvm_target = fingerprint_for_target(target).tvm_target()
+    import_tensor_intrinsics(tvm_target)
+    return TransferredXGB.from_dataset(transfer_dataset(target), tvm_target, echo=echo)

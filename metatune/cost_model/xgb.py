@@ -65,7 +65,7 @@ def record_task(store: WorkloadStore, target: Any, candidates: Sequence["Measure
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    import_tensor_intrinsics()
+    import_tensor_intrinsics(target)
     mod = store.tvm_workload().mod if store.num_records else store.workload.irmodule()
     context = TuneContext(mod=mod, target=target, task_name=store.workload.family)
     return RecordTask(

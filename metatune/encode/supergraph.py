@@ -68,7 +68,6 @@ from metatune.encode.features import (
 )
 from metatune.encode.loopgraph import Block, LoopProgram, extract
 from metatune.env.target import CPU_TARGET_CLASSES, GPU_TARGET_CLASSES
-from metatune.env.tvm_setup import import_tensor_intrinsics
 from metatune.space.knob_space import DesignSpaces, SearchSpace
 from metatune.workload.model_source import ModelSource
 from metatune.workload.operators import Workload
@@ -667,7 +666,6 @@ def probe_programs(workload_texts: Sequence[str] | None = None, samples_per_spac
     class is probed on any host."""
     import tvm
 
-    import_tensor_intrinsics()
     rng = np.random.default_rng(seed)
     programs: list[LoopProgram] = []
     for config in targets if targets is not None else kind.targets:

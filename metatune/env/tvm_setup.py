@@ -4,11 +4,14 @@
 build function) takes 20-30 s: the TVMScript parser calls `inspect.stack()` for each of
 ~500 `@T.prim_func` intrinsics, and each call resolves the module of every frame.
 The parser only needs each frame's code line, so while importing we swap in a frame walk
-that reads lines from `linecache`; the import then takes ~3 s.
+that reads lines from `linecache`; the import then takes ~4 s, of which CUDA's intrinsics
+take ~3.5 s: a CPU target's run registers the CPU kinds' only.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import linecache
 import os
@@ -16,10 +19,17 @@ import sys
 import tempfile
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import tvm
 
 _lock = threading.Lock()
-_done = False
+_imported: set[str] = set()  # submodules of INTRINSICS registered in this process
+
+INTRINSICS = "tvm.s_tir.tensor_intrin"
+CPU_INTRINSICS = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")  # what the package imports in an LLVM build
+GPU_INTRINSICS = ("cuda",)  # what it imports in any build
 
 
 def _cheap_stack(context: int = 1) -> list[inspect.FrameInfo]:
@@ -39,19 +49,45 @@ def _cheap_stack(context: int = 1) -> list[inspect.FrameInfo]:
     return frames
 
 
-def import_tensor_intrinsics() -> None:
-    """Register TVM's tensor intrinsics (needed before any `TuneContext`), quickly, once."""
-    global _done
+def import_tensor_intrinsics(target: "tvm.target.Target | str | dict | None" = None) -> None:
+    """Register the TVM tensor intrinsics `target`'s schedules may name (needed before any `TuneContext`);
+    without a target, every kind's. Quickly (see above), and each kind once.
+
+    The package is entered in `sys.modules` without running its `__init__` (which imports every kind's),
+    so the `import tvm.s_tir.tensor_intrin` in TuneContext finds it done, and a `from
+    tvm.s_tir.tensor_intrin.cuda import ...` still loads and registers that kind."""
+    import tvm
+    from tvm.runtime import enabled
+
+    if target is not None and not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(target)
+    cpu = CPU_INTRINSICS if enabled("llvm") else ()
+    wanted = cpu if target is not None and target.kind.name == "llvm" else cpu + GPU_INTRINSICS
     with _lock:
-        if _done:
+        missing = [name for name in wanted if name not in _imported]
+        if not missing:
             return
+        _enter_package_without_init()
         original = inspect.stack
         inspect.stack = _cheap_stack
         try:
-            import tvm.s_tir.tensor_intrin  # noqa: F401
+            for name in missing:
+                importlib.import_module(f"{INTRINSICS}.{name}")
+                _imported.add(name)
         finally:
             inspect.stack = original
-        _done = True
+
+
+def _enter_package_without_init() -> None:
+    if INTRINSICS in sys.modules:  # entered before, or imported whole (by TVM, the slow way)
+        return
+    import tvm.s_tir
+
+    spec = importlib.util.find_spec(INTRINSICS)
+    assert spec is not None, f"TVM has no {INTRINSICS}"
+    package = importlib.util.module_from_spec(spec)  # __path__ set, __init__ not run
+    sys.modules[INTRINSICS] = package
+    tvm.s_tir.tensor_intrin = package
 
 
 def use_threads(num_threads: int) -> int:

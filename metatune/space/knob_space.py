@@ -98,7 +98,7 @@ class DesignSpaces:
     def __init__(self, workload: Workload, target: "tvm.target.Target") -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        import_tensor_intrinsics()
+        import_tensor_intrinsics(target)
         self.workload = workload
         self.target = target
         self.mod = workload.irmodule()

@@ -40,6 +40,7 @@ from metatune.tune.tuner import (
     resumed_seed,
     search_seconds,
     search_threads,
+    set_aside_broken_timings,
     strategy_parts,
     tuning_run,
     warms_cost_model,
@@ -278,6 +279,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     tune_s = time.perf_counter() - tune_start
     results = []
     for task in tasks:
+        notes += set_aside_broken_timings(db_dir, task.dispatched[0], task.task_name)
         lines = trial_lines(db_dir, task.dispatched[0])
         results.append(TaskResult(task.task_name, int(task.weight), tuners[task.task_name],
                                   uncovered[task.task_name], len(lines), _deployed_us(lines)))

@@ -409,12 +409,12 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     if trials < 1:
         raise MetatuneError("--trials must be >= 1")
 
-    import_tensor_intrinsics()
     settings = MeasureSettings(verify=False)
     runner_obj, fingerprint = make_runner(runner, settings, target)
     if db_dir is not None:
         check_database_device(db_dir, fingerprint)
     tvm_target = fingerprint.tvm_target()
+    import_tensor_intrinsics(tvm_target)
     setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
     if strategy in CHECKPOINT_STRATEGIES:
         setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
@@ -541,6 +541,16 @@ class WrongKernelError(WrongResultError):
         self.trial = trial
 
 
+def set_aside_broken_timings(db_dir: Path, mod: Any, task: str = "") -> list[str]:
+    """Record the task's trials timed at zero, a negative time or NaN as failed: TVM would deploy such a
+    trial first (the lowest mean). Returns the note that names them, if any."""
+    broken = [i for i, (_, record) in enumerate(trial_lines(db_dir, mod)) if broken_timing(record[1])]
+    for trial in broken:
+        mark_failed(db_dir, mod, trial)
+    where = f"task {task}: " if task else ""
+    return [f"{where}trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed"] if broken else []
+
+
 def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
                    budgets: list[int]) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
     """`check_best_so_far` after each of `budgets` and after the last trial. Tuning does not check
@@ -548,12 +558,7 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
     is recorded as a failed trial (`mark_failed`), the next best takes its place here and wherever
     the database is used, and a note names it. Returns the trial lines as they are then, the errors
     by budget and the notes."""
-    notes: list[str] = []
-    broken = [i for i, (_, record) in enumerate(trial_lines(db_dir, mod)) if broken_timing(record[1])]
-    for trial in broken:  # TVM would deploy a 0 s trial first
-        mark_failed(db_dir, mod, trial)
-    if broken:
-        notes.append(f"trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed")
+    notes = set_aside_broken_timings(db_dir, mod)
     errors: dict[int, float] = {}  # by trial, kept across the rounds: setting one aside leaves the rest checked
     while True:
         lines = trial_lines(db_dir, mod)
@@ -606,7 +611,7 @@ def warm_start(cost_model: Any, database: Any, target: Any, tasks: list[tuple[An
 
     if cost_model == "random":
         return cost_model
-    import_tensor_intrinsics()  # a TuneContext imports them, 20-100 s the slow way
+    import_tensor_intrinsics(target)  # a TuneContext imports them, 20-100 s the slow way
     if isinstance(cost_model, str):
         cost_model = ms.cost_model.CostModel.create(cost_model, num_tuning_cores=search_threads(),
                                                     tree_method="auto")

@@ -77,7 +77,7 @@ def task_context(task: "ExtractedTask", target: "tvm.target.Target", **options: 
     """The TuneContext of an extracted task, with MetaSchedule's default design-space generator."""
     from tvm.s_tir import meta_schedule as ms
 
-    import_tensor_intrinsics()  # a TuneContext imports them, 20-100 s the slow way
+    import_tensor_intrinsics(target)  # a TuneContext imports them, 20-100 s the slow way
     return ms.TuneContext(mod=task.dispatched[0], target=target, space_generator="post-order-apply",
                           task_name=task.task_name, **options)
 

@@ -120,9 +120,13 @@ def test_warm_starting_a_cost_model_imports_tvms_tensor_intrinsics_the_quick_way
 
 
 CLI_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
+import atexit
 import sys
 
 from metatune.cli import main
+
+atexit.register(lambda: print("CUDA intrinsics imported:", "tvm.s_tir.tensor_intrin.cuda" in sys.modules,
+                              file=sys.stderr))
 
 sys.argv = ["metatune", *sys.argv[1:]]
 main()
@@ -135,10 +139,12 @@ main()
 ], ids=["workload", "model"])
 def test_tuning_from_the_cli_imports_tvms_tensor_intrinsics_the_quick_way(tmp_path, args):
     """The suite's other CLI runs are forked from a process that has imported them already
-    (tests.preloaded_cli): only a fresh interpreter shows a command that would take the slow way."""
+    (tests.preloaded_cli): only a fresh interpreter shows a command that would take the slow way, or
+    that would register CUDA's intrinsics (~3.5 s) for a CPU."""
     proc = subprocess.run([sys.executable, "-c", CLI_SCRIPT, "tune", *args, "--db", str(tmp_path / "db")],
                           capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CUDA intrinsics imported: False" in proc.stderr
 
 
 def test_a_database_without_a_device_file_is_judged_by_its_records_target(tmp_path):

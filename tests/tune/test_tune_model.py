@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from metatune.fileio import RECORD_FILE
+from metatune.measure.measurer import BROKEN_TIMING
 from metatune.measure.reference_timing import MAX_PASSES, PASS_S, PASSES
 from tests.processes import run_metatune
 
@@ -223,11 +225,17 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert result["fallback_tasks"] == [] and all(t["uncovered"] is None for t in tasks.values())
     assert "TVM" in res.stdout and "PyTorch" in res.stdout
 
+    lines = (db / RECORD_FILE).read_text().splitlines()
+    broken = json.loads(lines[0])
+    broken[1][1] = [0.0]  # a trial timed at 0 s: TVM would deploy it first
+    (db / RECORD_FILE).write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
     again = tune(*args, "--reference-passes", str(PASSES))  # the database holds 8 trials: nothing is measured again
     assert again.returncode == 0, again.stderr
     resumed = json.loads(out.read_text())
     assert resumed["trials"] == 8 and resumed["tune_s"] == 0.0 and resumed["verified"]
     assert len(resumed["comparison"]["ratios"]) == PASSES
+    assert json.loads((db / RECORD_FILE).read_text().splitlines()[0])[1][1] == [1e10]  # set aside before compiling
+    assert any(BROKEN_TIMING in note for note in resumed["notes"])
 
 
 def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, target):
