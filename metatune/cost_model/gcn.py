@@ -18,7 +18,7 @@ wrong if a node l hops away is missing, and every node within L hops of a pooled
 The model predicts a per-workload standardised log-throughput: only its ordering and
 relative scale within a workload are meaningful. A model trained with the rank loss
 (`rank_scores`) predicts scores whose order alone is meaningful; it must be adapted with the
-same loss (meta.adapt reads the flag), since MSE steps on unscaled scores overshoot.
+same loss (maml.adapt reads the flag), since MSE steps on unscaled scores overshoot.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metatune import MetatuneError, __version__
-from metatune.dataset.card import compute_counts, read_card, write_card
+from metatune.dataset.card import compute_counts, read_card, require_card_with_records, write_card
 from metatune.dataset.spec import DatasetSpec, load_spec
 from metatune.dataset.store import DatasetStore, WorkloadStore, config_key
 from metatune.env.device import DeviceFingerprint
@@ -99,7 +99,7 @@ class DatasetBuilder:
         self._check_compatible(out)
 
     def _check_compatible(self, out: Path) -> None:
-        card = read_card(out)
+        card = require_card_with_records(out)
         if card is None:
             return
         if card["device"]["device_id"] != self.fingerprint.device_id:
@@ -117,19 +117,19 @@ class DatasetBuilder:
         planned = plan(self.spec)
         target = self.spec.samples_per_workload
         spaces = self._design_spaces([p.workload for p in planned if not self.store.is_sealed(p.workload)])
-        stores = [self.store.open(p.workload, p.split) for p in planned]
-        done = sum(min(s.num_records, target) for s in stores)
         start = time.perf_counter()
         prior = read_card(self.store.dir) or {}
-        if prior and all(s.sealed for s in stores):
-            return prior  # nothing left to measure: the card already describes every record
         prior_wall = prior.get("wall_s", 0.0)
         prior_load = prior.get("load_check") or {}
         self.remeasured_batches = prior_load.get("remeasured_batches", 0)
         # a resumed build is watched only if its earlier parts were (a card from before the check has none)
         self.watched_throughout = self.watch_load and (not prior or bool(prior_load.get("watched")))
-        if not prior:  # the device and spec on record before the first record: a crash cannot lose them
+        if not prior:  # the device and spec on record before any workload folder: a crash cannot lose them
             self._write_card(0.0)
+        stores = [self.store.open(p.workload, p.split) for p in planned]
+        done = sum(min(s.num_records, target) for s in stores)
+        if prior and all(s.sealed for s in stores):
+            return prior  # nothing left to measure: the card already describes every record
         with progress_bar() as bar:
             task = bar.add_task("dataset", total=target * len(stores), completed=done, status="")
             try:

@@ -55,8 +55,18 @@ def read_card(directory: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise StoreError(f"{path} is not a readable dataset card ({err}); restore it, or delete it and resume "
-                         "'metatune dataset build' to rewrite it") from None
+        raise StoreError(f"{path} is not a readable dataset card ({err}); restore it (from git or a copy): it names "
+                         "the device its records were measured on") from None
+
+
+def require_card_with_records(directory: Path) -> dict | None:
+    """The dataset's card; None for a new dataset. Records without a card are refused: the card names
+    their device, and adding to them without it could mix two devices' measurements."""
+    card = read_card(directory)
+    if card is None and (Path(directory) / "workloads").exists():
+        raise StoreError(f"{directory} holds workloads but no {CARD_FILE}, which names the device they were "
+                         "measured on: restore it (from git or a copy), or use a new --out")
+    return card
 
 
 def current_card(directory: Path) -> dict | None:

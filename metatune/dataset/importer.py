@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from metatune import __version__
-from metatune.dataset.card import compute_counts, read_card, write_card
+from metatune.dataset.card import compute_counts, require_card_with_records, write_card
 from metatune.dataset.sources import (
     Source,
     SourceError,
@@ -38,12 +38,19 @@ FAILURE_KIND = "build_or_run_error"  # a failed record's kind: MetaSchedule's da
 # meta.json keys the card keeps, under its names (a source's "device" is the name its GPU or CPU reported)
 META_PROVENANCE = {"device": "measured_on", "tvm": "tvm", "sampling": "sampling", "evaluator": "evaluator",
                    "wall_s": "wall_s"}
-TARGET_IDENTITY = ("kind", "arch", "mcpu", "mtriple")  # what --target may not contradict in the records' target
+TARGET_IDENTITY = ("kind", "arch", "mcpu", "mtriple", "num-cores")  # what --target may not contradict
 
 
 def import_device(config: dict[str, Any], target: str | None) -> DeviceFingerprint:
-    """The device of the records' target, or of --target, which may add to it but not contradict it."""
+    """The device of the records' target, or of --target, which may add to it but not contradict it.
+
+    A CPU target without `mcpu` (TVM's plain `llvm`) compiled for whichever machine measured the
+    records, which the records do not say: --target must name it, or they would be filed as this machine's."""
     if target is None:
+        if config.get("kind") == "llvm" and "mcpu" not in config:
+            raise SourceError(f"the records' target {config} names no CPU (no mcpu): TVM compiled them for the machine "
+                              "that measured them, which the records do not say; pass that machine's --target "
+                              "(`metatune device` there shows it; --target llvm if it was this one)")
         return fingerprint_for_target(json.dumps(config))
     device = fingerprint_for_target(target)
     clash = [k for k in TARGET_IDENTITY if k in config and k in device.target and config[k] != device.target[k]]
@@ -55,7 +62,7 @@ def import_device(config: dict[str, Any], target: str | None) -> DeviceFingerpri
 
 def check_destination(out: Path, device: DeviceFingerprint) -> dict[str, Any] | None:
     """The dataset's card, if any; a dataset of another device, or one `dataset build` made, is refused."""
-    card = read_card(out)
+    card = require_card_with_records(out)
     if card is None:
         return None
     if card["device"]["device_id"] != device.device_id:

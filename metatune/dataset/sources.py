@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from metatune import MetatuneError
 from metatune.dataset.store import META_FILE, config_key
 from metatune.env.target import parse_target, target_json
+from metatune.measure.measurer import successful_run_seconds
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-FAILED_RUN_SECS = 1e9  # MetaSchedule stores 1e10 s as the run time of a candidate that failed to build or run
 SPLITS = ("train", "heldout")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -209,6 +209,6 @@ def parse_records(source: Source, advance: Callable[[int], Any]) -> None:
         except Exception as err:  # noqa: BLE001 - TVM raises several error types for a bad record
             raise SourceError(f"{source.name}: record {i + 1} is not a TVM tuning record ({_last_line(err)})") from None
         run_secs = row[1]
-        failed = not run_secs or any(float(s) >= FAILED_RUN_SECS for s in run_secs)
+        failed = successful_run_seconds(run_secs) is None  # no times, TVM's failure marker, or a broken timer
         source.records.append((config_key(record.trace), record, run_secs if failed else None))
         advance(1)

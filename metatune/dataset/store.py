@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from metatune import MetatuneError
-from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, cut_torn_line, write_atomic
+from metatune.fileio import RECORD_FILE, WORKLOAD_FILE, cut_torn_line, hold_directory, write_atomic
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -271,16 +271,19 @@ class DatasetStore:
         return (WorkloadStore(meta.parent, repair=self.repair) for meta in sorted(root.glob(f"*/*/{META_FILE}")))
 
     def export_tvm_database(self, out_dir: Path) -> tuple[Path, Path]:
-        """Write every measured record as one MetaSchedule JSONDatabase pair."""
-        out_dir.mkdir(parents=True, exist_ok=True)
+        """Write every measured record as one MetaSchedule JSONDatabase pair into `out_dir`, which must not
+        hold a database already (its records would be lost). Each file is replaced whole, the workload file
+        last: a crash leaves no database TVM would read as complete, and the export can simply be run again."""
         wl_path, rec_path = out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE
-        with open(wl_path, "w") as wl_out, open(rec_path, "w") as rec_out:
-            index = 0
-            for store in self:
-                if not store.num_records:
-                    continue
-                wl_out.write((store.dir / WORKLOAD_FILE).read_text().strip() + "\n")
-                for line in store._record_lines:
-                    rec_out.write(json.dumps([index, json.loads(line)[1]], separators=(",", ":")) + "\n")
-                index += 1
+        with hold_directory(out_dir, "a dataset export"):
+            if wl_path.exists():
+                raise StoreError(f"{out_dir} holds a TVM database already ({WORKLOAD_FILE}); export into a new "
+                                 "directory (TVM can read several databases, see ms.database.UnionDatabase)")
+            workloads, records = [], []
+            for index, store in enumerate(s for s in self if s.num_records):
+                workloads.append((store.dir / WORKLOAD_FILE).read_text().strip() + "\n")
+                records += [json.dumps([index, json.loads(line)[1]], separators=(",", ":")) + "\n"
+                            for line in store._record_lines]
+            write_atomic(rec_path, "".join(records).encode())
+            write_atomic(wl_path, "".join(workloads).encode())
         return wl_path, rec_path

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metatune import MetatuneError, __version__
 from metatune.dataset.builder import build_dataset, complete_build
@@ -56,6 +56,14 @@ class AdaptConfig(BaseModel):
     maml_iterations: int = Field(120, ge=1)
     evaluation: EvalConfig = Field(default_factory=lambda: EvalConfig(ks=(0, 8, 16), repeats=3, methods=CANDIDATES))
 
+    @model_validator(mode="after")
+    def _evaluation_seed_follows_seed(self) -> "AdaptConfig":
+        """The validation draws follow the run's seed unless the section names its own (as in TrainConfig)."""
+        if "seed" not in self.evaluation.model_fields_set:
+            values = {**dict(self.evaluation), "seed": self.seed}
+            self.evaluation = EvalConfig.model_construct(self.evaluation.model_fields_set, **values)
+        return self
+
     def pretrain_config(self, rank_loss: bool) -> PretrainConfig:
         return PretrainConfig(epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, lr=self.lr,
                               workloads_per_batch=8, graphs_per_workload=24, rank_loss=rank_loss,
@@ -83,6 +91,12 @@ def validation_score(result: EvalResult, method: str) -> float:
     """Mean over k of the median pairwise ranking accuracy: what the tuner needs from the model."""
     by_k = result.metrics.get(method, {})
     return float(np.mean([v["pairwise_acc"] for v in by_k.values()])) if by_k else float("nan")
+
+
+def choose_candidate(scores: dict[str, float]) -> str:
+    """The best-scored of CANDIDATES; a tie goes to the earlier one, and one without a score (NaN: no draw
+    it could predict) never wins (NaN compares false both ways, so `max` would depend on the order)."""
+    return max(CANDIDATES, key=lambda name: (np.nan_to_num(scores[name], nan=-np.inf), -CANDIDATES.index(name)))
 
 
 def adapt_to(source: TrainedModel, data_dir: Path, config: AdaptConfig, echo: Echo = print) -> Adaptation:
@@ -113,7 +127,7 @@ def adapt_to(source: TrainedModel, data_dir: Path, config: AdaptConfig, echo: Ec
     methods = {name: gcn_adapter(m, source.builder, heldout, source.maml) for name, m in models.items()}
     result = evaluate(heldout, methods, config.evaluation, on_step=lambda s: echo(f"validate {s}"))
     scores = {name: validation_score(result, name) for name in CANDIDATES}
-    chosen = max(CANDIDATES, key=lambda name: (scores[name], -CANDIDATES.index(name)))
+    chosen = choose_candidate(scores)
     workloads = {"train": [w.key for w in train], "early_stopping": [w.key for w in valid],
                  "validation": [w.key for w in heldout]}
     return Adaptation(chosen, TrainedModel(models[chosen], source.builder, source.maml), result, scores,

@@ -62,7 +62,7 @@ class MAMLConfig(BaseModel):
     @model_validator(mode="after")
     def _validated_at_least_once(self) -> "MAMLConfig":
         """Meta-training keeps the weights of its best validation: with fewer iterations than
-        `eval_every` it never validates, and would silently keep the pretrained weights."""
+        `eval_every` it never validates a meta-trained state, and would silently keep the pretrained weights."""
         if self.iterations < self.eval_every:
             raise ValueError(f"iterations ({self.iterations}) must be at least eval_every ({self.eval_every})")
         return self
@@ -167,7 +167,8 @@ def predict_all(model: CostModel, builder: GraphBuilder, w: EncodedWorkload, bat
 
 @torch.no_grad()
 def validation_loss(model: CostModel, builder: GraphBuilder, valid: Sets) -> float:
-    """Mean per-workload MSE on standardised labels (no adaptation)."""
+    """Mean per-workload MSE between standardised predictions and standardised labels (no adaptation): a
+    measure of ranking (correlation), not of calibration."""
     losses = []
     for w in valid:
         pred = predict_all(model, builder, w)
@@ -210,7 +211,9 @@ def meta_train(
     model: CostModel, builder: GraphBuilder, train: Sets, valid: Sets, config: MAMLConfig, seed: int,
     on_iter: Callable[[int, float, float | None], None] | None = None,
 ) -> TrainLog:
-    """MAML over workload tasks; early stopping on the validation tasks' query MSE."""
+    """MAML over workload tasks; early stopping on the validation tasks' query MSE. The weights it starts
+    from are validated first (the curve's first point), so meta-training that never improves on them
+    keeps them rather than its least bad iteration."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     log = TrainLog()
@@ -222,6 +225,10 @@ def meta_train(
     params = adaptable_params(model, config.freeze_embedding)
     opt = torch.optim.Adam(params.values(), lr=config.outer_lr)
     stopper = EarlyStopping(model, config.patience)
+    start = maml_validation(model, builder, valid, config, seed)
+    log.add("maml_valid_query_mse", start)
+    if math.isfinite(start):
+        stopper.should_stop(start)
     for it in range(config.iterations):
         chosen = rng.choice(len(eligible), size=min(config.tasks_per_batch, len(eligible)), replace=False)
         if config.freeze_embedding:

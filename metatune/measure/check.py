@@ -32,11 +32,12 @@ def device_type(target: "tvm.target.Target") -> str:
 
 
 def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-                  device: str = "cpu") -> np.ndarray:
-    """Run a compiled `main(inputs..., out)` on device 0 of `device` and return the output."""
+                  device: "str | tvm.runtime.Device" = "cpu") -> np.ndarray:
+    """Run a compiled `main(inputs..., out)` on `device` (a kind: its device 0; or a device, a remote one
+    too) and return the output."""
     import tvm
 
-    dev = tvm.device(device, 0)
+    dev = tvm.device(device, 0) if isinstance(device, str) else device
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     out = tvm.runtime.tensor(np.zeros(out_shape, "float32"), dev)
     rt_mod["main"](*args, out)
@@ -53,12 +54,12 @@ class ReferenceCheck:
         self.inputs = workload.random_inputs(seed)
         self.expected = workload.reference(self.inputs)
 
-    def error(self, rt_mod: Any) -> float:
-        out = run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape, self.device)
+    def error(self, rt_mod: Any, device: "tvm.runtime.Device | None" = None) -> float:
+        out = run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape, device or self.device)
         return output_error(out, self.expected)
 
-    def passes(self, rt_mod: Any) -> tuple[bool, float]:
-        err = self.error(rt_mod)
+    def passes(self, rt_mod: Any, device: "tvm.runtime.Device | None" = None) -> tuple[bool, float]:
+        err = self.error(rt_mod, device)
         return bool(np.isfinite(err) and err <= self.rtol), err
 
 
@@ -68,6 +69,28 @@ def check_schedule(workload: Workload, sch: "Schedule", target: "tvm.target.Targ
 
     rt_mod = tvm.compile(sch.mod, target=target)
     ok, err = ReferenceCheck(workload, rtol=rtol, device=device_type(target)).passes(rt_mod)
+    return _checked(workload, ok, err, rtol)
+
+
+def _checked(workload: Workload, ok: bool, err: float, rtol: float) -> float:
     if not ok:
         raise WrongResultError(f"{workload}: max relative error {err:.2e} exceeds {rtol:g}")
     return err
+
+
+def check_schedule_remotely(workload: Workload, sch: "Schedule", target: "tvm.target.Target", session: Any,
+                            rtol: float = DEFAULT_RTOL) -> float:
+    """`check_schedule` with the kernel run on the CPU behind an RPC `session`: for a device whose
+    instructions this machine lacks (its kernels would die here on an illegal instruction)."""
+    import tempfile
+
+    import tvm
+
+    rt_mod = tvm.compile(sch.mod, target=target)
+    with tempfile.TemporaryDirectory(prefix="metatune-check-") as tmp:
+        path = f"{tmp}/kernel.so"
+        rt_mod.export_library(path)
+        session.upload(path)
+    remote = session.load_module("kernel.so")
+    ok, err = ReferenceCheck(workload, rtol=rtol).passes(remote, session.cpu(0))
+    return _checked(workload, ok, err, rtol)

@@ -19,7 +19,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 from metatune import MetatuneError
@@ -36,10 +36,13 @@ from metatune.env.target import parse_target
 from metatune.measure.arguments import alloc_rpc
 
 if TYPE_CHECKING:
+    import tvm
     from tvm.rpc import RPCSession, TrackerSession
+    from tvm.s_tir import Schedule
 
     from metatune.env.device import DeviceFingerprint
     from metatune.measure.measurer import MeasureSettings
+    from metatune.workload.operators import Workload
 
 RPC_URL_FORM = "rpc://HOST:PORT/KEY"
 FINGERPRINT_FUNC = "metatune.device_fingerprint"  # registered by `python -m metatune.measure.rpc_server`
@@ -466,3 +469,21 @@ def _last_line(message: str | None) -> str:
 
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+# -- checking kernels on the remote device ---------------------------------------------------------
+
+CHECK_SESSION_S = 60  # a check: upload one kernel, run it once on random inputs
+
+
+def remote_check(spec: RpcSpec) -> Callable[["Workload", "Schedule", "tvm.target.Target"], float]:
+    """`check_schedule` that runs each kernel on a server under the key (a session per check): where the
+    servers' CPU has instructions this machine lacks (`verify_locally` False), so a kernel tuned there
+    is still checked against NumPy on the device it was timed on."""
+    from metatune.measure.check import check_schedule_remotely
+
+    def check(workload: "Workload", sch: "Schedule", target: "tvm.target.Target") -> float:
+        return check_schedule_remotely(workload, sch, target, request_session(spec, CHECK_SESSION_S))
+
+    return check
+

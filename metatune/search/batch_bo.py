@@ -128,7 +128,7 @@ class BatchBOStats(SearchStats):
     gp_batches: int = 0
     prior_batches: int = 0  # batches chosen by the cost model alone (first batch or fallback)
     fallbacks: int = 0  # GP failures that fell back to the cost model (each logged)
-    prior_failures: int = 0  # cost-model predictions that raised: those candidates got a flat prior (each logged)
+    prior_failures: int = 0  # cost-model predictions that raised: those candidates rank last (each logged)
     predictions: int = 0  # configurations scored by the cost model
     pool_added: int = 0  # configurations built for the pool (random + neighbours + mutants)
     mutants: int = 0  # of which mutants of the mutation chains
@@ -369,23 +369,39 @@ class _BatchBOLogic(SearchLogic):
         return BatchBO(**asdict(self.settings))
 
     def _predict(self, candidates: list["MeasureCandidate"]) -> np.ndarray:
+        """The cost model's outputs. Where it raises, the candidates it fails on are found by halving and
+        get NaN (ranked last): one program it cannot encode must not flatten every other's prior, call
+        after call. Where both halves fail too, the model itself is broken: NaN for all (a flat prior)."""
         if self.cost_model is None or not candidates:
             return np.zeros(len(candidates))
         t0 = time.perf_counter()
         try:
-            assert self.context is not None
-            out = np.asarray(self.cost_model.predict(self.context, candidates), dtype=np.float64).reshape(-1)
-            if out.shape[0] != len(candidates):
-                raise ValueError(f"{out.shape[0]} predictions for {len(candidates)} candidates")
-            return out
-        except Exception as err:  # noqa: BLE001 - a broken prior must not end the tuning run
-            logger.warning("BatchBO %s: cost_model.predict failed (%s: %s); using a flat prior for %d candidates",
+            out, err = self._try_predict(candidates)
+            if err is None:
+                return out
+            if len(candidates) > 1:
+                half = len(candidates) // 2
+                parts = [self._try_predict(candidates[:half]), self._try_predict(candidates[half:])]
+                if any(e is None for _, e in parts):
+                    return np.concatenate([o if e is None else self._predict(c) for (o, e), c in
+                                           zip(parts, (candidates[:half], candidates[half:]))])
+            logger.warning("BatchBO %s: cost_model.predict failed (%s: %s); %d candidates rank last (NaN)",
                            self.stats.task, type(err).__name__, err, len(candidates))
             self.stats.prior_failures += 1
-            return np.zeros(len(candidates))
+            return np.full(len(candidates), np.nan)
         finally:
             self.stats.prior_s += time.perf_counter() - t0
             self.stats.predictions += len(candidates)
+
+    def _try_predict(self, candidates: list["MeasureCandidate"]) -> tuple[np.ndarray, Exception | None]:
+        assert self.context is not None and self.cost_model is not None
+        try:
+            out = np.asarray(self.cost_model.predict(self.context, candidates), dtype=np.float64).reshape(-1)
+            if out.shape[0] != len(candidates):
+                raise ValueError(f"{out.shape[0]} predictions for {len(candidates)} candidates")
+            return out, None
+        except Exception as err:  # noqa: BLE001 - a broken prior must not end the tuning run
+            return np.empty(0), err
 
     def _pool_raw(self, entries: list[_Entry]) -> np.ndarray:
         """Cost-model outputs for the pool; cached values are reused if a probe shows the model unchanged."""

@@ -1,8 +1,8 @@
 """MetaTuneCostModel: the meta-trained GCN as a MetaSchedule cost model, adapted online.
 
 Before any measurement of a workload it predicts with the meta-learned initialisation
-(zero-shot). Each `update()` re-runs MAML's inner loop from that initialisation on every
-successful measurement of the workload so far — the adaptation MAML trained it for — so the
+(zero-shot). Each `update()` re-runs MAML's inner loop from that initialisation on the successful
+measurements of the workload so far (the latest MAX_SUPPORT) — the adaptation MAML trained it for — so the
 model never drifts away from the meta-learned prior through accumulated updates. Failed
 measurements carry no latency: they are counted and excluded from adaptation (the search
 strategy never proposes a measured configuration again).

@@ -68,7 +68,7 @@ from metatune.measure.measurer import (
     median_latency,
     successful_run_seconds,
 )
-from metatune.measure.runners import make_runner
+from metatune.measure.runners import make_runner, parse_rpc_url, remote_check
 from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
 from metatune.search.online_model import MetaTuneCostModel
@@ -267,8 +267,8 @@ def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: li
                trials: int, runner: str, measured: list[list[float | None]],
                report: Callable[[int, int, dict[int, float]], None] | None) -> Iterator[TuningRun]:
     """Set up and enclose TVM's loop (`ms.tune_tir` / `ms.tune_tasks`, run inside with the yielded
-    parts) so that a run resumed after `done` of its `trials` goes on as if it had never stopped: the
-    cost model first learns the database's records of `cold_tasks` (`(IRModule, task name)`: those
+    parts) so that a run resumed after `done` of its `trials` goes on from what was measured (not as a
+    replay of the uninterrupted run: `resumed_seed` re-seeds it): the cost model first learns the database's records of `cold_tasks` (`(IRModule, task name)`: those
     whose search strategy does not hand them over itself, `warms_cost_model`); `report` (see
     `progress_callback`, `measured` per task) starts from the bests already found; the loop is
     `tuning_loop` (stops at a batch boundary, ends the measurer's workers) and profiled."""
@@ -495,7 +495,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                         measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
         profile, watch, cost_model = run.profile, run.watch, run.cost_model
     wall = time.perf_counter() - start
-    lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [])
+    # A kernel is checked where it can run: here, or on the RPC device whose instructions this machine lacks.
+    check = check_schedule if getattr(measurer.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
+    lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [], check)
     latencies = latencies_of(lines)
     curve, best = [], float("inf")
     for lat in latencies:
@@ -523,7 +525,10 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         result.search_stats = search.total_stats().to_json()
         if failed := result.search_stats.get("prior_failures"):
             result.notes.append(f"the cost model failed to score candidates {failed} times (each logged as a "
-                                "warning): BatchBO gave them a flat prior")
+                                "warning): BatchBO ranked them last")
+        if fell_back := result.search_stats.get("fallbacks"):
+            result.notes.append(f"BatchBO's GP step failed {fell_back} times (each logged as a warning): those "
+                                "batches were the cost model's top picks")
     if not isinstance(cost_model, str):  # TVM's XGBModel has no encoding step of its own
         result.encode_s = round(getattr(cost_model, "encode_seconds", 0.0), 2)
     if result.best_latency_us is not None:  # the deployed kernel (TVM's `compile_tir` takes it) was checked above
@@ -551,8 +556,8 @@ def set_aside_broken_timings(db_dir: Path, mod: Any, task: str = "") -> list[str
     return [f"{where}trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed"] if broken else []
 
 
-def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
-                   budgets: list[int]) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
+def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any, budgets: list[int],
+                   check: Callable[..., float] = check_schedule) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
     """`check_best_so_far` after each of `budgets` and after the last trial. Tuning does not check
     each candidate, so a deployed kernel may compute wrong results (some winograd schedules do): it
     is recorded as a failed trial (`mark_failed`), the next best takes its place here and wherever
@@ -563,18 +568,19 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any,
     while True:
         lines = trial_lines(db_dir, mod)
         try:
-            return lines, check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors), notes
+            return lines, check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors, check), notes
         except WrongKernelError as wrong:
             mark_failed(db_dir, mod, wrong.trial)
             notes.append(f"trial {wrong.trial + 1}'s kernel computes wrong results ({wrong}): recorded as failed, "
                          "the next best deployed")
 
 
-def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets: list[int],
-                      target: Any, errors: dict[int, float] | None = None) -> dict[str, float]:
+def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets: list[int], target: Any,
+                      errors: dict[int, float] | None = None,
+                      check: Callable[..., float] = check_schedule) -> dict[str, float]:
     """Max relative error against NumPy of the kernel a run would deploy after each budget (raises
     WrongKernelError); a kernel best at several budgets is compiled and checked once (`errors`:
-    those checked already, by trial, filled in)."""
+    those checked already, by trial, filled in). `check` compiles, runs and compares one schedule."""
     from tvm.s_tir import Schedule
 
     errors = {} if errors is None else errors
@@ -585,7 +591,7 @@ def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets:
             sch = Schedule(record.workload.mod)
             record.trace.apply_to_schedule(sch, remove_postproc=False)
             try:
-                errors[best.trial] = check_schedule(workload, sch, target)
+                errors[best.trial] = check(workload, sch, target)
             except WrongResultError as err:
                 raise WrongKernelError(best.trial, err) from err
         out[str(best.budget)] = errors[best.trial]

@@ -148,6 +148,10 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path):
     sch = Schedule(records[0].workload.mod)
     records[0].trace.apply_to_schedule(sch, remove_postproc=False)
     assert "T.parallel" in sch.mod.script() or "T.vectorized" in sch.mod.script()
+    again = cli("dataset", "export", str(out), "--out", str(tmp_path / "tvm"))  # would replace a database's records
+    assert again.returncode == 2 and "holds a TVM database already" in again.stderr, again.stderr
+    assert len(JSONDatabase(str(tmp_path / "tvm" / "database_workload.json"),
+                            str(tmp_path / "tvm" / "database_tuning_record.json")).get_all_tuning_records()) == 48
 
     info = cli("dataset", "info", str(out), "--json")
     assert json.loads(info.stdout)["totals"]["records"] == 48

@@ -103,6 +103,45 @@ def test_a_target_that_contradicts_the_records_is_refused(tmp_path):
         import_databases([source], tmp_path / "ds", target="nvidia/nvidia-a100")
 
 
+def test_records_of_a_cpu_they_do_not_name_need_the_target_of_the_machine_that_measured_them(tmp_path):
+    """TVM's plain `llvm` compiles for the machine it runs on: such records would otherwise be filed as
+    this machine's, wherever they were measured."""
+    plain = write_source(tmp_path / "plain", DENSE, records=2, failed=0, edit=set_target({"kind": "llvm"}))
+    with pytest.raises(SourceError, match="names no CPU"):
+        import_databases([plain], tmp_path / "ds")
+    sixteen = write_source(tmp_path / "16c", DENSE, records=2, failed=0,
+                           edit=set_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 16}))
+    with pytest.raises(SourceError, match="contradicts"):
+        import_databases([sixteen], tmp_path / "ds", target="llvm -mcpu=znver3 -num-cores=2")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_workloads_without_their_card_are_not_added_to(tmp_path):
+    """The card names the device of the records: without it, another device's could be mixed in."""
+    from metatune import MetatuneError
+    from metatune.dataset.builder import build_dataset
+    from tests.dataset.test_dataset import write_spec
+
+    out = tmp_path / "ds"
+    import_databases([write_source(tmp_path / "a", DENSE, records=2, failed=0)], out)
+    (out / "card.json").unlink()
+    before = _files(out)
+    with pytest.raises(MetatuneError, match="holds workloads but no card.json"):
+        import_databases([write_source(tmp_path / "b", DENSE, records=3, failed=0)], out)
+    with pytest.raises(MetatuneError, match="holds workloads but no card.json"):
+        build_dataset(write_spec(tmp_path, samples=2), out, batch=2)
+    assert _files(out) == before
+
+
+def test_records_timed_at_zero_or_less_are_imported_as_failures(tmp_path):
+    """A broken timer's 0 s would be an infinite throughput to learn from, and deployed first on export."""
+    def broken(row: list) -> None:
+        row[1] = [0.0] if row[1] != [1e10] else row[1]
+
+    result = import_databases([write_source(tmp_path / "a", DENSE, records=3, failed=1, edit=broken)], tmp_path / "ds")
+    assert (result.records, result.failures) == (0, 4)
+
+
 def test_the_workload_must_be_the_program_metatune_generates(tmp_path):
     source = write_source(tmp_path / "dense", DENSE, records=2, failed=0, meta=False)
     with pytest.raises(SourceError, match="has no meta.json naming its workload"):

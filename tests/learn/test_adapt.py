@@ -157,3 +157,21 @@ def test_a_transfer_study_needs_another_device_than_the_source():
     result = cli("evaluate", "--transfer", SOURCE, "--data", REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c")
     assert isinstance(result.exception, MetatuneError), result.output
     assert "a transfer study needs another device's dataset" in str(result.exception)
+
+
+def test_the_candidate_chosen_is_the_best_scored_and_never_one_without_a_score():
+    from metatune.learn.adapt import choose_candidate
+
+    nan = float("nan")
+    assert choose_candidate({"source": 0.6, "finetune": 0.7, "finetune+maml": 0.7}) == "finetune"  # tie: the earlier
+    for scores in ({"source": nan, "finetune": 0.6, "finetune+maml": 0.55},
+                   {"source": 0.5, "finetune": nan, "finetune+maml": 0.6}):
+        assert choose_candidate(scores) == max((v, k) for k, v in scores.items() if v == v)[1]
+
+
+def test_the_validation_draws_follow_the_adapt_seed_unless_given():
+    from metatune.learn.adapt import AdaptConfig
+    from metatune.learn.evaluate import EvalConfig
+
+    assert AdaptConfig(seed=3).evaluation.seed == 3
+    assert AdaptConfig(seed=3, evaluation=EvalConfig(ks=(0, 8), repeats=1, seed=1, methods=CANDIDATES)).evaluation.seed == 1

@@ -81,6 +81,25 @@ def test_maml_adaptation_improves_ranking(template, rank_loss):
     assert adapted > 0.75 and adapted > zero_shot + 0.1, (zero_shot, adapted)
 
 
+def test_meta_training_that_never_beats_the_weights_it_started_from_keeps_them(template, monkeypatch):
+    """The starting weights are validated first: an outer loop that only makes them worse is undone."""
+    import copy
+
+    from metatune.learn import maml as maml_module
+
+    train, valid = tasks(template, 6, 1), tasks(template, 3, 2)
+    builder = GraphBuilder(template, "supergraph", FeatureStats.fit(train))
+    model = small_model(builder, template)
+    before = copy.deepcopy(model.state_dict())
+    scores = iter([0.5, 0.9, 0.8])  # the start, then two validations of meta-trained weights
+    monkeypatch.setattr(maml_module, "maml_validation", lambda *args: next(scores))
+    config = MAMLConfig(k_support=16, q_query=32, tasks_per_batch=4, inner_lr=0.3, inner_steps=1, outer_lr=1e-2,
+                        iterations=20, eval_every=10, patience=5, freeze_embedding=True)
+    log = meta_train(model, builder, train, valid, config, seed=0)
+    assert log.curves["maml_valid_query_mse"] == [0.5, 0.9, 0.8]
+    assert all(torch.equal(before[name], value) for name, value in model.state_dict().items())
+
+
 def test_metrics_on_known_orderings():
     truth = np.array([1.0, 2.0, 3.0, 4.0])
     assert pairwise_accuracy(truth, truth) == 1.0

@@ -436,3 +436,31 @@ def test_dataset_build_survives_a_server_killed_mid_run(cluster, tmp_path):
 
 def _records_on_disk(out: Path) -> int:
     return sum(p.read_text().count("\n") for p in out.glob("workloads/*/*/database_tuning_record.json"))
+
+
+def test_a_kernel_tuned_on_a_device_this_machine_cannot_run_is_checked_on_that_device(cluster, tmp_path, monkeypatch):
+    """Where the servers' CPU has instructions this machine lacks (`verify_locally` False), the deployed
+    kernel is checked against NumPy on a server, not here (where it would die on an illegal instruction)."""
+    from metatune.measure import check, runners
+    from metatune.tune import tuner
+    from metatune.workload.operators import Workload
+
+    real_runner, real_remote = runners.retrying_rpc_runner, check.check_schedule_remotely
+    monkeypatch.setattr(runners, "retrying_rpc_runner",
+                        lambda inner, spec, retries, verify_locally: real_runner(inner, spec, retries, False))
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("checked on this machine")
+
+    remote_checks = []
+
+    def on_a_server(workload, sch, target, session, **kwargs):
+        remote_checks.append(session)
+        return real_remote(workload, sch, target, session, **kwargs)
+
+    monkeypatch.setattr(tuner, "check_schedule", not_here)
+    monkeypatch.setattr(check, "check_schedule_remotely", on_a_server)
+    url = f"rpc://{cluster['tracker']}/{cluster['key']}"
+    result = tuner.tune_workload(Workload.parse("dense:m=16,n=16,k=16"), 4, "random", tmp_path / "db", runner=url,
+                                 trials_per_iter=4)
+    assert result.verified and remote_checks and result.max_rel_error < 1e-4

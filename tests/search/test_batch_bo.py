@@ -266,6 +266,37 @@ def test_cost_model_failures_are_counted(target, caplog):
     assert strategy.stats.prior_failures >= 1 and "no prediction today" in caplog.text
 
 
+def test_a_candidate_the_cost_model_fails_on_ranks_last_and_the_others_keep_their_scores(target, caplog):
+    """One program the model cannot score (e.g. cannot encode) must not flatten the prior of the pool it is in."""
+    import zlib
+
+    from metatune.env.plugin import COST_MODEL, plugin_class
+
+    bad: set[str] = set()
+
+    def score(m) -> float:
+        return float(zlib.crc32(str(m.sch.trace).encode()) % 1000)
+
+    class OneBad:
+        def update(self, context, candidates, results):
+            pass
+
+        def predict(self, context, candidates):
+            if any(str(m.sch.trace) in bad for m in candidates):
+                raise RuntimeError("cannot encode this one")
+            return np.array([score(m) for m in candidates])
+
+    strategy, _ = _driven("dense:m=64,n=64,k=64", target, plugin_class(COST_MODEL, OneBad, "OneBadCostModel")(),
+                          q=8, trials=16)
+    measures = [c.measure_candidate() for c in strategy.space.sample_candidates(9, seed=3)]
+    bad.add(str(measures[4].sch.trace))
+    with caplog.at_level(logging.WARNING, logger="metatune.search.batch_bo"):
+        out = strategy._predict(measures)
+    assert np.isnan(out[4]) and np.array_equal(np.delete(out, 4), [score(m) for m in measures[:4] + measures[5:]])
+    assert strategy.stats.prior_failures == 1 and "cannot encode this one" in caplog.text
+    assert bo.normal_scores(out)[4] == bo.normal_scores(out).min()
+
+
 def test_a_thorough_look_retries_exhausted_incumbents(target):
     """Before the search concludes the space is used up, it looks again around incumbents an earlier
     round gave up on (a few unlucky draws mark one exhausted)."""
