@@ -11,7 +11,9 @@ towards `--trials` (the scheduler checks the budget before each batch, so the la
 take the total a little past it; the result reports the true count). The compiled model is
 checked against the source network (PyTorch, or onnxruntime for ONNX) before it is timed
 against that library (reference_timing: a fresh process, passes alternating with TVM's; no
-speed-up when the timing is unstable), and can be exported as a shared library.
+speed-up when the timing is unstable), and can be exported as a shared library. Where it
+disagrees with the source, the task kernels that are wrong are found (task_check.py), set aside as
+failed trials, and the network compiled again.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from metatune import MetatuneError
 from metatune.encode.supergraph import GraphEncoder, Template
 from metatune.env.device import fingerprint_for_target
 from metatune.env.tvm_setup import detach_unnamed_meta_schedule_log_handlers
-from metatune.measure.database import best_so_far, trial_lines
+from metatune.measure.check import WrongResultError
+from metatune.measure.database import best_so_far, mark_failed, trial_lines
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.scheduling import gradient_scheduler
+from metatune.tune.task_check import wrong_tasks
 from metatune.tune.tuner import (
     exclusive_database,
     measure_seconds,
@@ -218,6 +222,21 @@ def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, thr
     return compile_s, error, compare(spec, lambda: compiled.latency_ms(inputs, repeat), max_passes=max_passes)
 
 
+def _set_aside_wrong_kernels(tasks: list["ExtractedTask"], db_dir: Path, target: Any,
+                             wrong: WrongResultError) -> list[str]:
+    """After the compiled network disagreed with its source (`wrong`): record the trials of the tasks whose
+    deployed kernel is wrong as failed, so that the next best is compiled in; their notes. Re-raises
+    `wrong`, saying so, when every task's kernel agrees with its function."""
+    culprits = wrong_tasks(tasks, db_dir, target)
+    if not culprits:
+        raise WrongResultError(f"{wrong}; yet each task's deployed kernel agrees with its function run unscheduled "
+                               "here, so the difference is not in a tuned kernel (the import, or a tolerance)")
+    for task in culprits:
+        mark_failed(db_dir, task.mod, task.trial)
+    return [f"task {t.name}: trial {t.trial + 1}'s kernel computes wrong results (max relative error {t.error:.2e} "
+            "against the task's function): recorded as failed, the next best deployed" for t in culprits]
+
+
 @exclusive_database
 def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
@@ -277,18 +296,24 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     if watch is not None and (note := watch.note()):
         notes.append(note)
     tune_s = time.perf_counter() - tune_start
-    results = []
     for task in tasks:
         notes += set_aside_broken_timings(db_dir, task.dispatched[0], task.task_name)
+    threads = setup.measurer.settings.num_threads
+    while True:
+        try:
+            compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export,
+                                                                reference_passes)
+            break
+        except WrongResultError as wrong:
+            notes += _set_aside_wrong_kernels(tasks, db_dir, tvm_target, wrong)
+    results = []
+    for task in tasks:
         lines = trial_lines(db_dir, task.dispatched[0])
         results.append(TaskResult(task.task_name, int(task.weight), tuners[task.task_name],
                                   uncovered[task.task_name], len(lines), _deployed_us(lines)))
     untuned = [r.name for r in results if r.best_latency_us is None]
     if untuned:
         notes.append(f"{len(untuned)} tasks have no successful trial and run unscheduled: {', '.join(untuned)}")
-    threads = setup.measurer.settings.num_threads
-    compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export,
-                                                        reference_passes)
     if comparison.unstable:
         notes.append(comparison.summary())
     assert comparison.tvm is not None

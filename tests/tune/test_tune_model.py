@@ -238,6 +238,76 @@ def test_tinycnn_tunes_compiles_verifies_and_resumes(tinycnn_run):
     assert any(BROKEN_TIMING in note for note in resumed["notes"])
 
 
+def _break_a_deployed_kernel(db: Path, task, target) -> tuple[int, object]:
+    """Commit, as the fastest trial of `task`, its deployed schedule with one intermediate buffer stored as
+    int32 (TVM's unsafe_set_dtype): a genuinely wrong kernel, as a code-generation bug would make one.
+    Returns its trial index and program."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+    from metatune.encode.loopgraph import extract
+    from metatune.measure.database import best_so_far, record_of, trial_lines
+
+    mod = task.dispatched[0]
+    lines = trial_lines(db, mod)
+    deployed = best_so_far(lines, [len(lines)])[0]
+    record = record_of(lines[deployed.trial])
+    sch = Schedule(record.workload.mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+
+    def broken(name: str, how: str) -> Schedule | None:
+        """The schedule with an intermediate buffer of block `name` stored as int32: its output, that output
+        made intermediate by a cache_write stage, or the cache_read copy of its `how`-th read; None where TVM refuses."""
+        attempt = sch.copy()
+        try:
+            block = attempt.get_sblock(name)
+            if how.startswith("read"):
+                block = attempt.cache_read(block, int(how[4:]), "global")
+            elif how == "cache_write":
+                attempt.cache_write(block, 0, "global")
+            attempt.unsafe_set_dtype(block, 0, "int32")
+            return attempt
+        except Exception as err:  # noqa: BLE001 - TVM refuses this block: try the next
+            refused.append(f"{name} ({how}): {str(err).splitlines()[-1]}")
+            return None
+
+    refused: list[str] = []
+    names = list(dict.fromkeys(b.name for b in extract(sch.mod["main"]).blocks))
+    sch = next((b for how in ("output", "cache_write", "read0", "read1", "read2") for n in names
+                if (b := broken(n, how)) is not None), None)
+    assert sch is not None, f"no block of {task.task_name} could be broken: {refused}"
+    database = JSONDatabase(work_dir=str(db))
+    database.commit_tuning_record(TuningRecord(sch.trace, database.commit_workload(mod), [deployed.latency_s / 2],
+                                               target, record.args_info))
+    return len(lines), sch.mod
+
+
+def test_a_wrong_task_kernel_is_set_aside_and_the_next_best_compiled(tinycnn_run, target, tmp_path):
+    """The network disagrees with PyTorch: the task whose deployed kernel disagrees with the task's own
+    function is found, its trial recorded as failed, and the network compiled with the next best."""
+    import shutil
+
+    from metatune.tune.task_check import kernel_error
+    from metatune.workload.model_source import ModelSource
+    from metatune.workload.relax_tasks import extract_tasks, import_model
+
+    source_db, _, _, res = tinycnn_run
+    assert res.returncode == 0, res.stderr
+    db, out = tmp_path / "db", tmp_path / "r.json"
+    shutil.copytree(source_db, db)
+    tasks = extract_tasks(import_model(ModelSource.parse("tinycnn")).mod, target)
+    task = next(t for t in tasks if re.fullmatch(r"conv2d\d*", t.task_name))
+    broken, program = _break_a_deployed_kernel(db, task, target)
+    assert kernel_error(task.dispatched[0], program, target) > 1e-2  # the kernel is wrong indeed
+    proc = tune("--model", "tinycnn", "--strategy", "random", "--trials", "8", "--db", str(db), "--json", str(out),
+                "--reference-passes", str(PASSES))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["verified"] and result["trials"] == 9
+    assert any(f"task {task.task_name}: trial {broken + 1}'s kernel computes wrong results" in n for n in result["notes"])
+    assert json.loads((db / RECORD_FILE).read_text().splitlines()[-1])[1][1] == [1e10]
+
+
 def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, target):
     """Resuming routes every task's earlier measurements to the model that tunes it: the
     encodable tasks' to metatune's (its predictions move), the others' to XGBModel."""
