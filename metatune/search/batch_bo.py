@@ -285,7 +285,7 @@ class _Observation:
     embedding: np.ndarray
     score: float | None  # cost-model normal score when proposed (None: not yet known)
     task_score: float = 0.0  # the task model's normal score when proposed (0: no model yet, or a record)
-    raw: float | None = None  # cost-model output, for database records until they get a score
+    raw: float | None = None  # a database record's cost-model output (its score's source)
 
 
 class _BatchBOLogic(SearchLogic):
@@ -358,12 +358,24 @@ class _BatchBOLogic(SearchLogic):
         candidates, results = [rec.as_measure_candidate() for rec in records], earlier_results(records)
         observed = [(config, cand) for (config, _), cand in zip(read, candidates) if config is not None]
         raw = self._predict([cand for _, cand in observed])
-        for (config, _), r in zip(observed, raw):
-            self.observations[config].raw = float(r)
+        reference = self._resume_reference() if observed else raw
+        # Scored against the pool as the model sees it now, before it learns the records, as a proposal is
+        # scored against its pool by the model of its time (not against a pool the adapted model scores
+        # on another scale).
+        for (config, _), r, z in zip(observed, raw, bo.normal_scores(raw, reference)):
+            self.observations[config].raw, self.observations[config].score = float(r), float(z)
         if self.cost_model is not None:
             self.cost_model.update(self.context, candidates, results)
         if self.task_model is not None:
             self.task_model.update(self.context, candidates, results)
+
+    def _resume_reference(self) -> np.ndarray:
+        """The first pool's random part, filled now, and the cost model's outputs on it."""
+        assert self.pool is not None
+        t0 = time.perf_counter()
+        self.pool.update(0, [], set(self.observations) | self.failures)
+        self.stats.pool_s += time.perf_counter() - t0
+        return self._pool_raw(list(self.pool.entries.values()))
 
     def _fresh(self) -> Any:
         return BatchBO(**asdict(self.settings))
@@ -479,9 +491,6 @@ class _BatchBOLogic(SearchLogic):
             return []
         raw = self._pool_raw(entries)
         z = bo.normal_scores(raw)
-        for obs in self.observations.values():  # database records: score against this pool, once
-            if obs.score is None and obs.raw is not None:
-                obs.score = float(bo.normal_scores(np.array([obs.raw]), raw)[0])
         scores = np.column_stack([z, self._task_scores(entries)]) if self.task_model is not None else z
         picks: list[int] | None = None
         if gp_decides:

@@ -247,6 +247,10 @@ def test_resumed_records_are_scored_before_the_cost_model_learns_them(target):
     raw = np.array([strategy.observations[strategy.space.config_of(m.sch.trace)].raw for m in recorded])
     assert np.allclose(raw, MetaTuneCostModel(trained).predict(ctx2, recorded))  # the meta-learned scores
     assert not np.allclose(raw, cost_model.predict(ctx2, recorded)), "the cost model did not learn the records"
+    # ranked, as a proposal is, against the pool as the meta-learned model scored it (not as the adapted one does)
+    reference = MetaTuneCostModel(trained).predict(ctx2, [e.measure for e in strategy.pool.entries.values()])
+    scores = [strategy.observations[strategy.space.config_of(m.sch.trace)].score for m in recorded]
+    assert len(reference) and np.allclose(scores, bo.normal_scores(raw, reference))
 
 
 def test_cost_model_failures_are_counted(target, caplog):
