@@ -293,6 +293,8 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
             tuners[task], uncovered[task] = "metatune-xgb-prior", why
             notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
                          "with XGBModel as its prior, trained on all the task's measurements")
+    else:
+        setup.measurer.close()  # nothing to measure: end its workers now (tuning_run does after a run)
     if watch is not None and (note := watch.note()):
         notes.append(note)
     tune_s = time.perf_counter() - tune_start

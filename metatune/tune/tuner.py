@@ -494,6 +494,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                         runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
                         measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
         profile, watch, cost_model = run.profile, run.watch, run.cost_model
+    else:
+        measurer.close()  # nothing to measure: end its workers now (tuning_run does after a run)
     wall = time.perf_counter() - start
     # A kernel is checked where it can run: here, or on the RPC device whose instructions this machine lacks.
     check = check_schedule if getattr(measurer.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
