@@ -29,7 +29,7 @@ from metatune.dataset.sources import (
     records_target,
 )
 from metatune.dataset.store import DatasetStore
-from metatune.env.device import DeviceFingerprint, fingerprint_for_target
+from metatune.env.device import DeviceFingerprint, fingerprint_for_target, local_fingerprint
 from metatune.fileio import hold_directory
 from metatune.progress import progress_bar
 
@@ -44,14 +44,17 @@ TARGET_IDENTITY = ("kind", "arch", "mcpu", "mtriple", "num-cores")  # what --tar
 def import_device(config: dict[str, Any], target: str | None) -> DeviceFingerprint:
     """The device of the records' target, or of --target, which may add to it but not contradict it.
 
-    A CPU target without `mcpu` (TVM's plain `llvm`) compiled for whichever machine measured the
-    records, which the records do not say: --target must name it, or they would be filed as this machine's."""
+    A CPU target of this machine's architecture that names neither CPU nor features (TVM's plain `llvm`,
+    which TVM gives the host's triple) compiled for whichever machine measured the records, which the
+    records do not say: --target must name it, or they would be filed as this machine's."""
     if target is None:
-        if config.get("kind") == "llvm" and "mcpu" not in config:
-            raise SourceError(f"the records' target {config} names no CPU (no mcpu): TVM compiled them for the machine "
+        device = fingerprint_for_target(json.dumps(config))
+        names_no_cpu = config.get("kind") == "llvm" and not {"mcpu", "mattr"} & set(config)
+        if names_no_cpu and device.arch == local_fingerprint().arch:
+            raise SourceError(f"the records' target {config} names no CPU: TVM compiled them for the machine "
                               "that measured them, which the records do not say; pass that machine's --target "
                               "(`metatune device` there shows it; --target llvm if it was this one)")
-        return fingerprint_for_target(json.dumps(config))
+        return device
     device = fingerprint_for_target(target)
     clash = [k for k in TARGET_IDENTITY if k in config and k in device.target and config[k] != device.target[k]]
     if clash or config["kind"] != device.target.get("kind"):

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from metatune import MetatuneError
 from metatune.dataset.store import META_FILE, config_key
 from metatune.env.target import parse_target, target_json
-from metatune.measure.measurer import successful_run_seconds
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
+from metatune.measure.measurer import successful_run_seconds
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:

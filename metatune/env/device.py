@@ -328,8 +328,9 @@ def missing_flags(flags: Iterable[str], host: DeviceFingerprint) -> list[str]:
 
 
 def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None = None) -> None:
-    """Refuse, in one line, to measure on a device this machine cannot run."""
+    """Refuse, in one line, to measure on a device this machine (or the RPC server `host`) cannot run."""
 
+    remote = host is not None
     host = host or local_fingerprint()
     if device.arch == "cuda":
         _require_gpu(device)
@@ -344,11 +345,13 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
     if missing:
         raise MetatuneError(f"target {device.target} uses {', '.join(missing)}, which this CPU "
                             f"({host.device_id}) lacks: its kernels cannot run here")
-    if device.num_cores != host.num_cores:
-        # Kernels run on the host's usable cores whatever the target says: timings of 2 threads filed as a 4c device.
-        raise MetatuneError(f"target {device.target} is a {device.num_cores}-core device, but kernels here run on the "
-                            f"{host.num_cores} cores this process may use ({host.device_id}): leave out -num-cores, or "
-                            f"run metatune on {device.num_cores} cores (taskset -c) of a machine that has them")
+    threads = host.num_cores if remote else int(os.environ.get("TVM_NUM_THREADS") or host.num_cores)
+    if device.num_cores != threads:
+        # Kernels run on that many threads whatever the target says: timings of 2 threads filed as a 4c device.
+        how = "TVM_NUM_THREADS says" if threads != host.num_cores else "this process may use"
+        raise MetatuneError(f"target {device.target} is a {device.num_cores}-core device, but kernels here run on "
+                            f"{threads} threads ({how}; {host.device_id}): give -num-cores={threads}, or run "
+                            f"metatune on {device.num_cores} cores (taskset -c) of a machine that has them")
 
 
 def _require_gpu(device: DeviceFingerprint) -> None:

@@ -55,7 +55,9 @@ def import_tensor_intrinsics(target: "tvm.target.Target | str | dict | None" = N
 
     The package is entered in `sys.modules` without running its `__init__` (which imports every kind's),
     so the `import tvm.s_tir.tensor_intrin` in TuneContext finds it done, and a `from
-    tvm.s_tir.tensor_intrin.cuda import ...` still loads and registers that kind."""
+    tvm.s_tir.tensor_intrin.cuda import ...` still loads and registers that kind. Hence the rule: every
+    path to a TuneContext or a trace replay calls this with its target first (a CUDA one would otherwise
+    run without CUDA's intrinsics once a CPU run entered the package)."""
     import tvm
     from tvm.runtime import enabled
 
@@ -67,20 +69,25 @@ def import_tensor_intrinsics(target: "tvm.target.Target | str | dict | None" = N
         missing = [name for name in wanted if name not in _imported]
         if not missing:
             return
-        _enter_package_without_init()
+        entered = _enter_package_without_init()
         original = inspect.stack
         inspect.stack = _cheap_stack
         try:
             for name in missing:
                 importlib.import_module(f"{INTRINSICS}.{name}")
                 _imported.add(name)
+        except BaseException:
+            if entered:  # leave no half-filled package for TVM's own import to take as done
+                sys.modules.pop(INTRINSICS, None)
+            raise
         finally:
             inspect.stack = original
 
 
-def _enter_package_without_init() -> None:
-    if INTRINSICS in sys.modules:  # entered before, or imported whole (by TVM, the slow way)
-        return
+def _enter_package_without_init() -> bool:
+    """Whether the package was entered now (not before, nor imported whole by TVM, the slow way)."""
+    if INTRINSICS in sys.modules:
+        return False
     import tvm.s_tir
 
     spec = importlib.util.find_spec(INTRINSICS)
@@ -88,6 +95,7 @@ def _enter_package_without_init() -> None:
     package = importlib.util.module_from_spec(spec)  # __path__ set, __init__ not run
     sys.modules[INTRINSICS] = package
     tvm.s_tir.tensor_intrin = package
+    return True
 
 
 def use_threads(num_threads: int) -> int:

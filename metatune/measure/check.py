@@ -55,7 +55,8 @@ class ReferenceCheck:
         self.expected = workload.reference(self.inputs)
 
     def error(self, rt_mod: Any, device: "tvm.runtime.Device | None" = None) -> float:
-        out = run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape, device or self.device)
+        out = run_on_inputs(rt_mod, self.workload, self.inputs, self.expected.shape,
+                            self.device if device is None else device)
         return output_error(out, self.expected)
 
     def passes(self, rt_mod: Any, device: "tvm.runtime.Device | None" = None) -> tuple[bool, float]:

@@ -486,4 +486,3 @@ def remote_check(spec: RpcSpec) -> Callable[["Workload", "Schedule", "tvm.target
         return check_schedule_remotely(workload, sch, target, request_session(spec, CHECK_SESSION_S))
 
     return check
-

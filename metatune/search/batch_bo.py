@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PROBE = 8  # cached pool entries re-predicted to detect a changed cost model
+_GIVE_UP = 8  # single candidates that fail, none scored, before a cost model counts as broken
 
 
 @dataclass(frozen=True)
@@ -370,7 +371,7 @@ class _BatchBOLogic(SearchLogic):
             self.task_model.update(self.context, candidates, results)
 
     def _resume_reference(self) -> np.ndarray:
-        """The first pool's random part, filled now, and the cost model's outputs on it."""
+        """The pool's random part (`pool_random` configurations), filled now, and the cost model's outputs on it."""
         assert self.pool is not None
         t0 = time.perf_counter()
         self.pool.update(0, [], set(self.observations) | self.failures)
@@ -381,29 +382,44 @@ class _BatchBOLogic(SearchLogic):
         return BatchBO(**asdict(self.settings))
 
     def _predict(self, candidates: list["MeasureCandidate"]) -> np.ndarray:
-        """The cost model's outputs. Where it raises, the candidates it fails on are found by halving and
-        get NaN (ranked last): one program it cannot encode must not flatten every other's prior, call
-        after call. Where both halves fail too, the model itself is broken: NaN for all (a flat prior)."""
+        """The cost model's outputs; where it raises, see `_isolate_failures`."""
         if self.cost_model is None or not candidates:
             return np.zeros(len(candidates))
         t0 = time.perf_counter()
         try:
             out, err = self._try_predict(candidates)
-            if err is None:
-                return out
-            if len(candidates) > 1:
-                half = len(candidates) // 2
-                parts = [self._try_predict(candidates[:half]), self._try_predict(candidates[half:])]
-                if any(e is None for _, e in parts):
-                    return np.concatenate([o if e is None else self._predict(c) for (o, e), c in
-                                           zip(parts, (candidates[:half], candidates[half:]))])
-            logger.warning("BatchBO %s: cost_model.predict failed (%s: %s); %d candidates rank last (NaN)",
-                           self.stats.task, type(err).__name__, err, len(candidates))
-            self.stats.prior_failures += 1
-            return np.full(len(candidates), np.nan)
+            return out if err is None else self._isolate_failures(candidates, err)
         finally:
             self.stats.prior_s += time.perf_counter() - t0
             self.stats.predictions += len(candidates)
+
+    def _isolate_failures(self, candidates: list["MeasureCandidate"], err: Exception) -> np.ndarray:
+        """Outputs of a call that raised `err`, found by halving: the candidates the model fails on get NaN
+        (ranked last), so that programs it cannot encode do not flatten every other's prior, call after
+        call. Where the first _GIVE_UP single candidates all fail, the model itself is broken: NaN for all
+        (a flat prior)."""
+        out = np.full(len(candidates), np.nan)
+        failing, scored, last, failed = [(0, len(candidates))], False, err, 0
+        while failing:
+            lo, hi = failing.pop()
+            if hi - lo == 1:
+                failed += 1
+                if failed >= _GIVE_UP and not scored:
+                    break
+                continue
+            mid = (lo + hi) // 2
+            for a, b in ((lo, mid), (mid, hi)):
+                part, part_err = self._try_predict(candidates[a:b])
+                if part_err is None:
+                    out[a:b], scored = part, True
+                else:
+                    failing.append((a, b))
+                    last = part_err
+        logger.warning("BatchBO %s: cost_model.predict failed on %d of %d candidates (%s: %s); they rank last",
+                       self.stats.task, failed if scored else len(candidates), len(candidates),
+                       type(last).__name__, last)
+        self.stats.prior_failures += 1
+        return out
 
     def _try_predict(self, candidates: list["MeasureCandidate"]) -> tuple[np.ndarray, Exception | None]:
         assert self.context is not None and self.cost_model is not None

@@ -222,15 +222,22 @@ def _compile_and_compare(imported: ImportedModel, target: Any, db_dir: Path, thr
     return compile_s, error, compare(spec, lambda: compiled.latency_ms(inputs, repeat), max_passes=max_passes)
 
 
-def _set_aside_wrong_kernels(tasks: list["ExtractedTask"], db_dir: Path, target: Any,
-                             wrong: WrongResultError) -> list[str]:
+def _set_aside_wrong_kernels(tasks: list["ExtractedTask"], db_dir: Path, target: Any, wrong: WrongResultError,
+                             set_aside: set[str]) -> list[str]:
     """After the compiled network disagreed with its source (`wrong`): record the trials of the tasks whose
     deployed kernel is wrong as failed, so that the next best is compiled in; their notes. Re-raises
-    `wrong`, saying so, when every task's kernel agrees with its function."""
+    `wrong`, saying why, when every task's kernel agrees with its function, or when a task in `set_aside`
+    (those set aside in an earlier round, added to) disagrees again: then its function, not one kernel,
+    is what differs here, and its other trials are left alone."""
     culprits = wrong_tasks(tasks, db_dir, target)
     if not culprits:
         raise WrongResultError(f"{wrong}; yet each task's deployed kernel agrees with its function run unscheduled "
                                "here, so the difference is not in a tuned kernel (the import, or a tolerance)")
+    again = [t.name for t in culprits if t.name in set_aside]
+    if again:
+        raise WrongResultError(f"{wrong}; task(s) {', '.join(again)} disagree with their function run unscheduled "
+                               "here after their best kernel was set aside: the difference is not in one kernel")
+    set_aside.update(t.name for t in culprits)
     for task in culprits:
         mark_failed(db_dir, task.mod, task.trial)
     return [f"task {t.name}: trial {t.trial + 1}'s kernel computes wrong results (max relative error {t.error:.2e} "
@@ -293,21 +300,22 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
             tuners[task], uncovered[task] = "metatune-xgb-prior", why
             notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
                          "with XGBModel as its prior, trained on all the task's measurements")
-    else:
-        setup.measurer.close()  # nothing to measure: end its workers now (tuning_run does after a run)
     if watch is not None and (note := watch.note()):
         notes.append(note)
     tune_s = time.perf_counter() - tune_start
+    if remaining <= 0:
+        setup.measurer.close()  # nothing was measured: end its workers now (tuning_run does after a run)
     for task in tasks:
         notes += set_aside_broken_timings(db_dir, task.dispatched[0], task.task_name)
     threads = setup.measurer.settings.num_threads
+    set_aside: set[str] = set()
     while True:
         try:
             compile_s, error, comparison = _compile_and_compare(imported, tvm_target, db_dir, threads, export,
                                                                 reference_passes)
             break
         except WrongResultError as wrong:
-            notes += _set_aside_wrong_kernels(tasks, db_dir, tvm_target, wrong)
+            notes += _set_aside_wrong_kernels(tasks, db_dir, tvm_target, wrong, set_aside)
     results = []
     for task in tasks:
         lines = trial_lines(db_dir, task.dispatched[0])

@@ -268,7 +268,8 @@ def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: li
                report: Callable[[int, int, dict[int, float]], None] | None) -> Iterator[TuningRun]:
     """Set up and enclose TVM's loop (`ms.tune_tir` / `ms.tune_tasks`, run inside with the yielded
     parts) so that a run resumed after `done` of its `trials` goes on from what was measured (not as a
-    replay of the uninterrupted run: `resumed_seed` re-seeds it): the cost model first learns the database's records of `cold_tasks` (`(IRModule, task name)`: those
+    replay of the uninterrupted run: `resumed_seed` re-seeds it): the cost model first learns the
+    database's records of `cold_tasks` (`(IRModule, task name)`: those
     whose search strategy does not hand them over itself, `warms_cost_model`); `report` (see
     `progress_callback`, `measured` per task) starts from the bests already found; the loop is
     `tuning_loop` (stops at a batch boundary, ends the measurer's workers) and profiled."""
@@ -494,9 +495,9 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
                         runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
                         measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
         profile, watch, cost_model = run.profile, run.watch, run.cost_model
-    else:
-        measurer.close()  # nothing to measure: end its workers now (tuning_run does after a run)
     wall = time.perf_counter() - start
+    if remaining <= 0:
+        measurer.close()  # nothing was measured: end its workers now (tuning_run does after a run)
     # A kernel is checked where it can run: here, or on the RPC device whose instructions this machine lacks.
     check = check_schedule if getattr(measurer.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
     lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [], check)
@@ -527,7 +528,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
         result.search_stats = search.total_stats().to_json()
         if failed := result.search_stats.get("prior_failures"):
             result.notes.append(f"the cost model failed to score candidates {failed} times (each logged as a "
-                                "warning): BatchBO ranked them last")
+                                "warning): BatchBO ranked them last (all of a call's, a flat prior, where it "
+                                "failed on every one tried)")
         if fell_back := result.search_stats.get("fallbacks"):
             result.notes.append(f"BatchBO's GP step failed {fell_back} times (each logged as a warning): those "
                                 "batches were the cost model's top picks")
@@ -555,11 +557,16 @@ def set_aside_broken_timings(db_dir: Path, mod: Any, task: str = "") -> list[str
     for trial in broken:
         mark_failed(db_dir, mod, trial)
     where = f"task {task}: " if task else ""
-    return [f"{where}trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed"] if broken else []
+    if not broken:
+        return []
+    return [f"{where}trial(s) {', '.join(str(i + 1) for i in broken)}: {BROKEN_TIMING}; recorded as failed"]
+
+
+Check = Callable[[Workload, Any, Any], float]  # compiles, runs and compares one schedule: check_schedule's form
 
 
 def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any, budgets: list[int],
-                   check: Callable[..., float] = check_schedule) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
+                   check: Check = check_schedule) -> tuple[list[tuple[Any, Any]], dict[str, float], list[str]]:
     """`check_best_so_far` after each of `budgets` and after the last trial. Tuning does not check
     each candidate, so a deployed kernel may compute wrong results (some winograd schedules do): it
     is recorded as a failed trial (`mark_failed`), the next best takes its place here and wherever
@@ -570,7 +577,8 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any, budg
     while True:
         lines = trial_lines(db_dir, mod)
         try:
-            return lines, check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors, check), notes
+            checked = check_best_so_far(workload, lines, sorted({*budgets, len(lines)}), target, errors, check)
+            return lines, checked, notes
         except WrongKernelError as wrong:
             mark_failed(db_dir, mod, wrong.trial)
             notes.append(f"trial {wrong.trial + 1}'s kernel computes wrong results ({wrong}): recorded as failed, "
@@ -579,7 +587,7 @@ def check_deployed(workload: Workload, db_dir: Path, mod: Any, target: Any, budg
 
 def check_best_so_far(workload: Workload, lines: list[tuple[Any, Any]], budgets: list[int], target: Any,
                       errors: dict[int, float] | None = None,
-                      check: Callable[..., float] = check_schedule) -> dict[str, float]:
+                      check: Check = check_schedule) -> dict[str, float]:
     """Max relative error against NumPy of the kernel a run would deploy after each budget (raises
     WrongKernelError); a kernel best at several budgets is compiled and checked once (`errors`:
     those checked already, by trial, filled in). `check` compiles, runs and compares one schedule."""

@@ -154,8 +154,22 @@ def test_a_target_with_other_cores_than_this_process_may_use_is_not_measured_her
     for cores in (1, 4):
         device = fingerprint_for_target(f"llvm -mcpu=znver3 -num-cores={cores}", guest)
         assert device.device_id == f"x86_64-znver3-{cores}c"
-        with pytest.raises(MetatuneError, match=f"is a {cores}-core device, but kernels here run on the 2 cores"):
+        with pytest.raises(MetatuneError, match=f"is a {cores}-core device, but kernels here run on 2 threads"):
             require_runnable(device, host=guest)
+
+
+@x86_host
+def test_tvm_num_threads_is_the_core_count_kernels_run_on(monkeypatch):
+    """A TVM_NUM_THREADS the user set wins (`use_threads`): the device is one of that many cores."""
+    from metatune.env.device import fingerprint_for_target, local_fingerprint, require_runnable
+
+    host = local_fingerprint()
+    if host.num_cores < 2:
+        pytest.skip("needs two usable cores")
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    with pytest.raises(MetatuneError, match="kernels here run on 1 threads \\(TVM_NUM_THREADS says"):
+        require_runnable(fingerprint_for_target(None, host))
+    require_runnable(fingerprint_for_target(f"llvm -mcpu={host.target['mcpu']} -num-cores=1", host))
 
 
 @x86_host

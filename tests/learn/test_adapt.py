@@ -174,4 +174,5 @@ def test_the_validation_draws_follow_the_adapt_seed_unless_given():
     from metatune.learn.evaluate import EvalConfig
 
     assert AdaptConfig(seed=3).evaluation.seed == 3
-    assert AdaptConfig(seed=3, evaluation=EvalConfig(ks=(0, 8), repeats=1, seed=1, methods=CANDIDATES)).evaluation.seed == 1
+    given = EvalConfig(ks=(0, 8), repeats=1, seed=1, methods=CANDIDATES)
+    assert AdaptConfig(seed=3, evaluation=given).evaluation.seed == 1
