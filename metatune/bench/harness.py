@@ -243,6 +243,20 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     return failed
 
 
+def check_same_workloads(config: BenchConfig) -> None:
+    """Refuse an --out whose runs or references of a workload name are of another workload (another suite
+    with the same name for a different shape): resuming would take them for this suite's."""
+    suite = load_suite(config.suite)
+    references = _load_references(config.out).get("torch", {})
+    for bench_workload, key in plan(suite, config.strategies, config.repeats):
+        earlier = read_result(key.result_path(config.out))
+        for what, text in (("a run", (earlier or {}).get("workload")),
+                           ("a PyTorch reference", references.get(key.workload, {}).get("workload"))):
+            if text is not None and text != str(bench_workload.workload):
+                raise MetatuneError(f"{config.out} holds {what} named {key.workload} of {text}, but this suite's "
+                                    f"{key.workload} is {bench_workload.workload}: use another --out")
+
+
 def check_request(config: BenchConfig) -> None:
     """Fail at once, as one line, on what would fail every run alike (a target this machine cannot
     tune for, a checkpoint that does not load, a malformed runner, xgb-transfer without a dataset,
@@ -250,6 +264,7 @@ def check_request(config: BenchConfig) -> None:
     before anything is measured:
     from then on an error is one run's failure, recorded while the others go on."""
     local = config.runner == "local"
+    check_same_workloads(config)
     fingerprint = fingerprint_for_target(config.target) if local else None
     if fingerprint is not None:
         require_runnable(fingerprint)
@@ -264,6 +279,9 @@ def check_request(config: BenchConfig) -> None:
             raise MetatuneError("the references (PyTorch eager, the fp32 peak) would be timed on this machine and "
                                 "the kernels on the RPC servers: pass --no-references with an RPC runner")
     if any(split_strategy(s)[0] == "xgb-transfer" for s in config.strategies):
+        if not local and config.target is None:
+            raise MetatuneError("xgb-transfer pretrains on the dataset of the device the bench tunes for, which with "
+                                "an RPC runner is the servers': pass their --target (`metatune rpc status` shows it)")
         check_transfer_dataset(config.target)
     checkpoints = {checkpoint or config.checkpoint for name, checkpoint in map(split_strategy, config.strategies)
                    if name in CHECKPOINT_STRATEGIES}

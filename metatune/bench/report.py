@@ -52,10 +52,11 @@ class Run:
         return int(self.data.get("timed_trials", self.data["trials"]))
 
     def best_at(self, budget: int) -> float | None:
-        """Best GFLOPS within the first `budget` trials (None if the run is shorter)."""
+        """Best GFLOPS within the first `budget` trials (None if the run is shorter, unless its search space
+        ran out first: then its best, which no more trials could have improved)."""
         curve = self.data["curve"]
         if len(curve) < budget:
-            return None
+            return (curve[-1] or None) if curve and self.data.get("exhausted") else None
         return curve[budget - 1] or None
 
     def error_at(self, budget: int) -> float | None:
@@ -66,6 +67,8 @@ class Run:
         checked = self.data.get("checked_at")
         if checked is None:
             return self.data.get("max_rel_error") if budget >= self.data["trials"] else None
+        if budget > self.data["trials"] and self.data.get("exhausted"):  # its last kernel stays the deployed one
+            return checked.get(str(self.data["trials"]), self.data.get("max_rel_error"))
         return checked.get(str(budget))
 
     def trials_to_reach(self, gflops: float) -> int | None:

@@ -76,13 +76,15 @@ def bench(
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
-    report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from --out."),
+    report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from every run "
+                                                 "in --out (whatever --strategies, --suite and --repeats say)."),
     references_only: bool = typer.Option(False, help="Only re-measure the PyTorch and fp32-peak references of the "
                                                      "suite into --out, print old vs new, and rebuild the table."),
-    retime: bool = typer.Option(False, help="Only time again, side by side, the kernel each run in --out would deploy "
-                                            "after each budget (its best so far), interleaved over --rounds shuffled "
-                                            "rounds, into retimed.json, and rebuild the table with them: strategies "
-                                            "tuned minutes apart compared free of the host's drift."),
+    retime: bool = typer.Option(False, help="Only time again, side by side, the kernel each run in --out of "
+                                            "--strategies (default: metatune,xgb,xgb-transfer,random) and --repeats "
+                                            "would deploy after each budget (its best so far), interleaved over "
+                                            "--rounds shuffled rounds, into retimed.json, and rebuild the table with "
+                                            "them: strategies tuned minutes apart compared free of the host's drift."),
     rounds: int = typer.Option(3, min=1, help="With --retime: rounds of timing per kernel (median taken)."),
     reference_passes: int = typer.Option(REFERENCE_PASSES, help=REFERENCE_PASSES_HELP + " Also the most passes of each "
                                                   "PyTorch-eager and fp32-peak reference of a suite."),
@@ -90,6 +92,11 @@ def bench(
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     if replay_at is not None and model is None:
         raise MetatuneError("--replay-at applies to --model benches only")
+    suite_only = {"--retime": retime, "--references-only": references_only, "--no-references": not references,
+                  "--budgets": budgets is not None, "--rounds": rounds != 3}
+    if model is not None and (given := [name for name, on in suite_only.items() if on]):
+        raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to suite benches only "
+                            "(a --model bench compiles and times whole models at --trials-total and --replay-at)")
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
@@ -111,8 +118,8 @@ def bench(
 
 def default_strategies(model: Optional[str], target: Optional[str], tuning: bool) -> str:
     """`--strategies` left out: what whole-model tuning offers for --model, else the suite's default,
-    less what this device cannot run where the bench tunes (re-timing and reports take every run in
-    --out, whichever machine tuned it)."""
+    less what this device cannot run where the bench tunes (re-timing takes the suite's default in full,
+    whichever machine tuned it; a report takes every run in --out)."""
     if model is not None:
         from metatune.tune.model_tuner import MODEL_STRATEGIES
 

@@ -3,7 +3,7 @@
 `xgb` is MetaSchedule's `XGBModel` on `PerStoreFeature` trained on the k support samples of
 the unseen workload (TVM's default cost model; its random warm-up predictions are disabled
 so the k samples are really used). `xgb-transfer` starts from the same model trained on the
-training workloads' records (`tune.transfer.TransferredXGB`, shared with the tuner), then
+training workloads' records (`cost_model.xgb_transfer.TransferredXGB`, shared with the tuner), then
 learns the k samples, which is how a MetaSchedule user transfers a cost model across workloads.
 """
 

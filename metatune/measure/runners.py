@@ -33,6 +33,7 @@ from metatune.env.device import (
 )
 from metatune.env.plugin import RUNNER, RUNNER_FUTURE, plugin_class
 from metatune.env.target import parse_target
+from metatune.measure import check as kernel_check
 from metatune.measure.arguments import alloc_rpc
 
 if TYPE_CHECKING:
@@ -480,9 +481,7 @@ def remote_check(spec: RpcSpec) -> Callable[["Workload", "Schedule", "tvm.target
     """`check_schedule` that runs each kernel on a server under the key (a session per check): where the
     servers' CPU has instructions this machine lacks (`verify_locally` False), so a kernel tuned there
     is still checked against NumPy on the device it was timed on."""
-    from metatune.measure.check import check_schedule_remotely
+    def check_on_a_server(workload: "Workload", sch: "Schedule", target: "tvm.target.Target") -> float:
+        return kernel_check.check_schedule_remotely(workload, sch, target, request_session(spec, CHECK_SESSION_S))
 
-    def check(workload: "Workload", sch: "Schedule", target: "tvm.target.Target") -> float:
-        return check_schedule_remotely(workload, sch, target, request_session(spec, CHECK_SESSION_S))
-
-    return check
+    return check_on_a_server

@@ -334,6 +334,8 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"), TAKES_A_CHECKPOINT),
     (("--strategies", "random", "--trials-total", "4", "--replay-at", "8"), "--replay-at 8: each must be between 1"),
     (("--strategies", "random", "--reference-passes", "3"), "--reference-passes 3: at least 9"),
+    (("--strategies", "random", "--retime"), "--retime applies to suite benches only"),
+    (("--strategies", "random", "--no-references", "--budgets", "4"), "--no-references, --budgets apply to suite"),
 ])
 def test_model_bench_rejects_a_bad_request_before_writing_anything(tmp_path, args, message):
     proc = run_cli("bench", "--model", "tinycnn", *args, "--out", str(tmp_path / "m"))
@@ -439,6 +441,15 @@ def test_a_budgets_kernel_counts_as_verified_only_where_it_was_checked():
     assert Run({**run.data, "verified": False}).error_at(2) is None
 
 
+def test_a_run_whose_space_ran_out_keeps_its_best_at_larger_budgets():
+    """No more trials could have improved it: it stays in the comparisons at budgets it did not reach."""
+    data = {"name": "w", "strategy": "xgb", "trials": 3, "curve": [1.0, 2.0, 2.5], "verified": True,
+            "max_rel_error": 1e-7, "checked_at": {"2": 2e-7, "3": 1e-7}}
+    assert (Run(data).best_at(8), Run(data).error_at(8)) == (None, None)
+    exhausted = Run({**data, "exhausted": True})
+    assert (exhausted.best_at(2), exhausted.best_at(8), exhausted.error_at(8)) == (2.0, 2.5, 1e-7)
+
+
 def test_trials_to_reach_counts_a_repeat_that_never_got_there():
     from metatune.bench.report import trials_to_reach
 
@@ -531,6 +542,29 @@ def test_an_out_folder_measured_on_another_device_ends_the_bench_at_once(tmp_pat
                    "--out", str(out))
     assert proc.returncode == 2 and "holds measurements of x86_64-elsewhere-2c" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (out / "failures.json").exists()
+
+
+def test_an_out_folder_with_another_workload_of_the_same_name_ends_the_bench_at_once(tmp_path):
+    """Two suites may name different shapes alike (`dense`): resuming would take one's runs for the other's."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: dense, workload: 'dense:m=32,n=32,k=32'}\n")
+    out = tmp_path / "out"
+    path = RunKey("dense", "random", 0).result_path(out)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"workload": "dense:m=64,n=64,k=64", "trials": 2, "curve": [1.0, 2.0]}))
+    proc = run_cli("bench", "--suite", str(suite), "--strategies", "random", "--budgets", "2", "--no-references",
+                   "--out", str(out))
+    assert proc.returncode == 2 and "holds a run named dense of dense:m=64,n=64,k=64" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_xgb_transfer_over_rpc_needs_the_servers_target(tmp_path):
+    from metatune.bench.harness import BenchConfig, check_request
+
+    config = BenchConfig(suite="quick", strategies=["xgb-transfer"], budgets=[2], out=tmp_path / "out",
+                         runner="rpc://127.0.0.1:9190/cpu", references=False)
+    with pytest.raises(MetatuneError, match="pass their --target"):
+        check_request(config)
 
 
 def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path):
