@@ -230,6 +230,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         # a segment killed before writing its result leaves records but no result file: the database tells
         resumed = previous > 0 or result["timed_trials"] < result["trials"]
         result.update(name=key.workload, strategy=key.strategy, repeat=key.repeat, resumed=resumed,
+                      trials_per_iter=config.trials_per_iter,
                       started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
         result = merge_segments(earlier_results[key], result)
         write_json(key.result_path(config.out), result)
@@ -285,11 +286,35 @@ def check_request(config: BenchConfig) -> None:
         check_transfer_dataset(config.target)
     checkpoints = {checkpoint or config.checkpoint for name, checkpoint in map(split_strategy, config.strategies)
                    if name in CHECKPOINT_STRATEGIES}
+    resolved: dict[str, str] = {}  # what each checkpoint spec names now (a zoo id with its version)
     for checkpoint in sorted(checkpoints):
         if checkpoint != "auto":
-            open_checkpoint(checkpoint)
+            resolved[checkpoint] = open_checkpoint(checkpoint).id
         elif fingerprint is not None:
-            resolve_checkpoint(checkpoint, fingerprint)
+            resolved[checkpoint] = resolve_checkpoint(checkpoint, fingerprint)[1]
+    check_resumed_settings(config, resolved)
+
+
+def check_resumed_settings(config: BenchConfig, resolved: dict[str, str]) -> None:
+    """Refuse to continue a run with other settings than its earlier segments': its curve would be
+    half one search and half another. `resolved` maps checkpoint specs to the checkpoint they name now
+    (`auto` over RPC is known only once the servers answer, and is not checked)."""
+    for _, key in plan(load_suite(config.suite), config.strategies, config.repeats):
+        earlier = read_result(key.result_path(config.out))
+        if earlier is None or earlier.get("exhausted") or int(earlier["trials"]) >= config.max_trials:
+            continue  # nothing more will be measured for it
+        name, checkpoint = split_strategy(key.strategy)
+        before = earlier.get("trials_per_iter")
+        if before is not None and before != config.trials_per_iter:
+            raise MetatuneError(f"{key.workload} [{key.strategy}] r{key.repeat} in {config.out} was tuned with "
+                                f"--trials-per-iter {before}, not {config.trials_per_iter}: pass {before} to continue "
+                                "it, or use another --out")
+        now = resolved.get(checkpoint or config.checkpoint) if name in CHECKPOINT_STRATEGIES else None
+        if now is not None and earlier.get("checkpoint") not in (None, now):
+            raise MetatuneError(f"{key.workload} [{key.strategy}] r{key.repeat} in {config.out} was tuned with "
+                                f"checkpoint {earlier['checkpoint']}, and would continue with {now}: pass "
+                                f"--checkpoint {earlier['checkpoint']} (or STRATEGY@{earlier['checkpoint']}) to "
+                                "continue it, or use another --out")
 
 
 def _trials_in(db_dir: Path, bench_workload: BenchWorkload) -> int | None:

@@ -177,7 +177,7 @@ def resolve_checkpoint(checkpoint: str, fingerprint: Any) -> tuple[Any, str, lis
                     "its predictions start less accurate and online adaptation has more to correct")
             warnings.warn(note, stacklevel=2)
             notes.append(note)
-        return named.trained, str(checkpoint), notes
+        return named.trained, named.id, notes  # a bare DEVICE_ID as the version it resolved to
 
     zoo_dir = default_zoo_dir()
     if not (zoo_dir / INDEX_FILE).exists():

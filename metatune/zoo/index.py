@@ -154,10 +154,12 @@ def describe(entries: list[ZooEntry]) -> str:
 
 
 def get_entry(root: Path, text: str) -> ZooEntry:
-    """The entry named by an id; a bare device id means its newest version."""
+    """The entry named by an id; a bare device id means its newest version this code can load (its
+    newest of all where none can: loading it then says why)."""
     device_id, version = parse_id(text)
     entries = read_index(root)
     matches = [e for e in entries if e.device_id == device_id and (version is None or e.version == version)]
     if not matches:
         raise ZooError(f"no checkpoint {text!r} in {root}; {describe(entries)}")
-    return max(matches, key=lambda e: e.number)
+    loadable = [e for e in matches if e.template_version == code_template_version(e.arch)]
+    return max(loadable or matches, key=lambda e: e.number)

@@ -11,12 +11,20 @@ from pathlib import Path
 import pytest
 
 from metatune import MetatuneError
-from metatune.bench.harness import BenchConfig, RunKey, merge_segments, plan, remeasure_references
+from metatune.bench.harness import (
+    BenchConfig,
+    RunKey,
+    check_resumed_settings,
+    merge_segments,
+    plan,
+    remeasure_references,
+)
 from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite, suite_names
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import RECORD_FILE, REPO_ROOT
+from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.reference_timing import PASSES
 from tests.processes import run_metatune
 
@@ -173,6 +181,10 @@ def test_a_resumed_run_adds_its_segments_times(tmp_path):
     path = tmp_path / "out" / "runs" / "tiny" / "random-r0.json"
     earlier = json.loads(path.read_text())
     assert (earlier["trials"], earlier["timed_trials"], earlier["resumed"]) == (2, 2, False)
+    assert earlier["trials_per_iter"] == 2
+    other = run_cli(*[a if a != "2" else "4" for a in args], "--budgets", "2,4")  # --trials-per-iter 4
+    assert other.returncode == 2 and "was tuned with --trials-per-iter 2, not 4" in other.stderr, other.stderr[-2000:]
+    assert json.loads(path.read_text()) == earlier
     again = run_cli(*args, "--budgets", "2,4")
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = json.loads(path.read_text())
@@ -556,6 +568,28 @@ def test_an_out_folder_with_another_workload_of_the_same_name_ends_the_bench_at_
                    "--out", str(out))
     assert proc.returncode == 2 and "holds a run named dense of dense:m=64,n=64,k=64" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_is_continued_only_with_the_checkpoint_it_began_with(tmp_path):
+    """A bare zoo id resolves to its newest version: once a newer one is published, resuming would switch."""
+    suite, out = tmp_path / "suite.yaml", tmp_path / "out"
+    suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n")
+    path = RunKey("tiny", "metatune@x86_64-sapphirerapids-2c", 0).result_path(out)
+    path.parent.mkdir(parents=True)
+    earlier = {"workload": "dense:m=32,n=32,k=32", "trials": 2, "curve": [1.0, 2.0],
+               "checkpoint": "x86_64-sapphirerapids-2c/v5", "trials_per_iter": 16}
+    path.write_text(json.dumps(earlier))
+    config = BenchConfig(suite=str(suite), strategies=["metatune@x86_64-sapphirerapids-2c"], budgets=[4], out=out,
+                         references=False)
+    newest = open_checkpoint("x86_64-sapphirerapids-2c").id
+    assert newest != "x86_64-sapphirerapids-2c/v5"
+    with pytest.raises(MetatuneError, match=f"was tuned with checkpoint x86_64-sapphirerapids-2c/v5, and would "
+                                            f"continue with {newest}"):
+        check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
+    path.write_text(json.dumps({**earlier, "checkpoint": newest}))
+    check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
+    path.write_text(json.dumps({**earlier, "trials": 4}))  # finished: nothing more to measure, nothing to refuse
+    check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
 
 
 def test_xgb_transfer_over_rpc_needs_the_servers_target(tmp_path):

@@ -292,6 +292,17 @@ def test_resolve_exact_device_takes_newest_version_silently(tmp_path):
     assert res.exact and res.entry.id == "x86_64-sapphirerapids-2c/v2" and res.warning is None
 
 
+def test_a_bare_device_id_names_its_newest_version_this_code_can_load(tmp_path, monkeypatch):
+    """A newer version trained for another encoder (another template) is passed over, not loaded to fail."""
+    root = tmp_path / "zoo"
+    current = zoo.publish(make_run(tmp_path, SPR, "current"), root)
+    zoo.publish(make_run(tmp_path, SPR, "other", template="test-template-9"), root, template_version="test-template-9")
+    assert zoo.get_entry(root, device_id(SPR)).id == current.id
+    assert zoo.get_entry(root, f"{device_id(SPR)}/v2").template_version == "test-template-9"  # named: as asked
+    monkeypatch.setattr(zoo.index, "code_template_version", lambda arch: "test-template-8")  # none loadable:
+    assert zoo.get_entry(root, device_id(SPR)).version == "v2"  # the newest, whose loading says why
+
+
 def test_resolve_other_device_warns_naming_both(tmp_path):
     root = tmp_path / "zoo"
     zoo.publish(make_run(tmp_path, HASWELL, "h"), root)
