@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import load_file
 
+from metatune.encode import supergraph
 from metatune.encode.features import FEATURE_NAMES, NUM_FEATURES
 from metatune.encode.layout import FIRST_FEATURE, NODE_WIDTH, interval_node, num_edges, template_edges, width
 from metatune.encode.loopgraph import extract
@@ -18,6 +20,7 @@ from metatune.fileio import REPO_ROOT
 from metatune.space.knob_space import CATEGORICAL
 from metatune.workload.operators import FAMILIES
 from tests.conftest import SMALL_SHAPES
+from tests.encode import golden
 from tests.conftest import local_target as target
 from tests.conftest import small_search_space as search_space
 
@@ -361,3 +364,36 @@ def test_a_feature_that_never_varied_in_training_reaches_the_model_as_zero():
     assert float(stats.std[1]) == pytest.approx(MIN_STD)
     normalized = stats.normalize(torch.tensor([[2.0, 12.0], [1.0, 0.0]]))
     assert torch.allclose(normalized, torch.tensor([[0.0, 0.0], [-2.0 ** -0.5, 0.0]]))
+
+
+@pytest.mark.parametrize("kind", sorted(golden.TARGETS))
+def test_the_encoding_is_what_its_template_version_recorded(kind):
+    """Caches and checkpoints are keyed on the template version: the same version must mean the same features."""
+    version, encoded = golden.encodings(kind)
+    path = golden.golden_path(kind, version)
+    assert path.exists(), (f"no recorded encodings for {kind} template {version}: record them with "
+                           "`python -m tests.encode.golden --write`")
+    recorded = load_file(str(path))
+    assert sorted(recorded) == sorted(encoded), "other programs than those recorded: record them again"
+    for name, values in encoded.items():
+        if name.endswith("/features"):
+            np.testing.assert_allclose(values, recorded[name], rtol=1e-5, atol=1e-6, err_msg=(
+                f"{name}: the encoder's features changed under template {version}. Caches and checkpoints would "
+                "mix encodings: bump TEMPLATE_FORMAT (a new version: rebuild the templates, retrain), then record "
+                "with `python -m tests.encode.golden --write`"))
+        else:
+            np.testing.assert_array_equal(values, recorded[name], err_msg=f"{name} changed under template {version}")
+
+
+def test_the_encoding_check_sees_a_changed_feature(monkeypatch):
+    """The check above compares real values: a feature computed differently fails it."""
+    original = supergraph.loop_features
+
+    def one_feature_doubled(*args, **kwargs):
+        features = original(*args, **kwargs)
+        features[:, 0] *= 2
+        return features
+
+    monkeypatch.setattr(supergraph, "loop_features", one_feature_doubled)
+    with pytest.raises(AssertionError, match="the encoder's features changed"):
+        test_the_encoding_is_what_its_template_version_recorded("cpu")
