@@ -5,6 +5,7 @@ Layout of the output directory (everything is re-derivable from `runs/`):
   runs/<workload>/<strategy>-r<repeat>.json  its `TuneResult` (+ bench fields)
   references.json                            PyTorch eager per workload, fp32 peak, every pass of each
   failures.json                              runs that raised, until they succeed (`failures`)
+  bench.json                                 the budgets asked for (tables rebuilt later use them)
   results.csv, table.md, curves.png          written by `report` after every run
 
 Order: repeat → workload → strategies, the strategy order rotated per workload, so that drift
@@ -42,6 +43,7 @@ from metatune.tune.tuner import (
 )
 
 REFERENCES_FILE = "references.json"
+SETTINGS_FILE = "bench.json"  # the budgets the last tuning bench in the folder asked for
 SUITE_STRATEGIES = ("metatune", "xgb", "xgb-transfer", "random")  # `bench`'s default, less what cannot run here
 TIMED_FIELDS = ("wall_s", "search_s", "measure_s", "encode_s", "update_s")
 
@@ -147,6 +149,12 @@ def plan(suite: list[BenchWorkload], strategies: list[str], repeats: int) -> lis
     return order
 
 
+def recorded_budgets(out: Path) -> list[int] | None:
+    """The budgets the last bench that tuned into `out` asked for (None: none recorded)."""
+    settings = read_result(out / SETTINGS_FILE)
+    return None if settings is None else [int(b) for b in settings["budgets"]]
+
+
 def read_result(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -180,6 +188,7 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     suite = load_suite(config.suite)
     runs = plan(suite, config.strategies, config.repeats)
     check_request(config)
+    write_json(config.out / SETTINGS_FILE, {"budgets": config.budgets})
     threads = _tvm_threads()
     device = reference_device(config.target)
     references = _load_references(config.out)
@@ -241,6 +250,11 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
             write_json(config.out / REFERENCES_FILE, references)
         if after_run is not None:
             after_run()
+    if config.references:  # workloads whose runs were all done before (a bench first run --no-references)
+        for bench_workload in suite:
+            if bench_workload.name not in references.get("torch", {}):
+                _measure_reference(bench_workload, threads, references, echo, device, config.reference_passes)
+                write_json(config.out / REFERENCES_FILE, references)
     return failed
 
 
@@ -288,10 +302,10 @@ def check_request(config: BenchConfig) -> None:
                    if name in CHECKPOINT_STRATEGIES}
     resolved: dict[str, str] = {}  # what each checkpoint spec names now (a zoo id with its version)
     for checkpoint in sorted(checkpoints):
-        if checkpoint != "auto":
-            resolved[checkpoint] = open_checkpoint(checkpoint).id
-        elif fingerprint is not None:
+        if fingerprint is not None:  # also whether it encodes this device's programs (its template)
             resolved[checkpoint] = resolve_checkpoint(checkpoint, fingerprint)[1]
+        elif checkpoint != "auto":
+            resolved[checkpoint] = open_checkpoint(checkpoint).id
     check_resumed_settings(config, resolved)
 
 
@@ -331,6 +345,7 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
     replacing those in references.json and leaving the tuning runs alone; returns the markdown
     table of what changed."""
     suite = load_suite(config.suite)
+    check_same_workloads(config)
     old = _load_references(config.out)
     device = reference_device(config.target)
     check_reference_device(old, device, config.out)
@@ -341,7 +356,7 @@ def remeasure_references(config: BenchConfig, echo: Callable[[str], None] = prin
         write_json(config.out / REFERENCES_FILE, _measured_so_far(old, references))  # a stop keeps what was measured
         echo(f"measuring PyTorch eager on {bench_workload.name}")
         _measure_reference(bench_workload, threads, references, echo, device, config.reference_passes)
-    write_json(config.out / REFERENCES_FILE, references)
+    write_json(config.out / REFERENCES_FILE, _measured_so_far(old, references))  # other workloads' stay
     return changes(old, references)
 
 
@@ -350,32 +365,49 @@ def _measured_so_far(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]
     return {**old, **new, "torch": {**old.get("torch", {}), **new["torch"]}}
 
 
-def check_reference_device(references: dict[str, Any], device: str, out: Path) -> None:
-    """One device's references per bench folder: cuDNN and CPU PyTorch numbers side by side would be
-    compared with kernels of only one of them."""
-    if references and (measured_on := references.get("device", "cpu")) != device:
+@dataclass(frozen=True)
+class ReferenceDevice:
+    """Where PyTorch's references run: `kind` cuda (cuDNN/cuBLAS) for a CUDA target, else cpu; and which
+    device that is (`device_id`: the CPU's class and cores, or the GPU)."""
+
+    kind: str
+    device_id: str
+
+
+def check_reference_device(references: dict[str, Any], device: ReferenceDevice, out: Path) -> None:
+    """One device's references per bench folder: cuDNN and CPU PyTorch numbers side by side, or another
+    machine's, would be compared with kernels of only one of them. (References written before they named
+    their device_id are checked by kind only.)"""
+    if not references:
+        return
+    if (measured_on := references.get("device", "cpu")) != device.kind:
         raise MetatuneError(f"the references in {out} were measured on {measured_on}, these would be measured "
-                            f"on {device}: pass the --target the bench was tuned for")
+                            f"on {device.kind}: pass the --target the bench was tuned for")
+    if references.get("device_id", device.device_id) != device.device_id:
+        raise MetatuneError(f"the references in {out} were measured on {references['device_id']}, this is "
+                            f"{device.device_id}: the kernels tuned here would be compared with another machine's "
+                            "PyTorch; use another --out")
 
 
-def reference_device(target: str | None) -> str:
-    """Where PyTorch's references run: on the GPU for a CUDA target (cuDNN/cuBLAS), else the CPU."""
-    return device_type(fingerprint_for_target(target).tvm_target())
+def reference_device(target: str | None) -> ReferenceDevice:
+    fingerprint = fingerprint_for_target(target)
+    return ReferenceDevice(device_type(fingerprint.tvm_target()), fingerprint.device_id)
 
 
-def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: str,
+def _measure_peak(threads: int, references: dict[str, Any], echo: Callable[[str], None], device: ReferenceDevice,
                   max_passes: int) -> None:
-    echo(f"measuring the fp32 peak ({device}, {threads} threads, matmul)")
-    references.update(fp32_peak(threads, device=device, max_passes=max_passes), threads=threads)
-    if device != "cpu":
-        references["device"] = device
+    echo(f"measuring the fp32 peak ({device.kind}, {threads} threads, matmul)")
+    references.update(fp32_peak(threads, device=device.kind, max_passes=max_passes), threads=threads,
+                      device_id=device.device_id)
+    if device.kind != "cpu":
+        references["device"] = device.kind
     if line := warning("the fp32 peak", references["fp32_peak"]):
         echo(line)
 
 
 def _measure_reference(bench_workload: BenchWorkload, threads: int, references: dict[str, Any],
-                       echo: Callable[[str], None], device: str, max_passes: int) -> None:
-    entry = torch_reference(bench_workload.workload, threads, device=device, max_passes=max_passes)
+                       echo: Callable[[str], None], device: ReferenceDevice, max_passes: int) -> None:
+    entry = torch_reference(bench_workload.workload, threads, device=device.kind, max_passes=max_passes)
     if line := warning(f"PyTorch eager on {bench_workload.name}", entry):
         echo(line)
     references.setdefault("torch", {})[bench_workload.name] = entry

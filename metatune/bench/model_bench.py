@@ -18,6 +18,7 @@ keeps in the order they were measured), compiled, checked and timed like a tuned
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -64,19 +65,46 @@ def against_onnxruntime(library: Path, twin: ModelSource, threads: int, max_pass
 MODEL_FILE = "model.json"
 
 
+def model_identity(source: ModelSource) -> dict[str, str]:
+    """What makes two specs the same network: its kind and, for a file (ONNX, or the Python file that
+    builds it), the file's bytes; a spec may be another path to the same file."""
+    identity = {"kind": source.kind}
+    if source.kind in ("onnx", "python"):
+        path = source.spec.rpartition(":")[0] if source.kind == "python" else source.spec
+        identity["sha256"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return identity
+
+
 def claim_folder(folder: Path, imported: ImportedModel) -> None:
-    """A model's bench folder holds one model with one set of input shapes: resuming it with other
-    shapes would report the finished runs of the first as the second's."""
-    what = {"model": imported.model.source.spec, "inputs": [list(i.shape) for i in imported.model.inputs]}
+    """A model's bench folder holds one model (by `model_identity`; folders from before it was recorded:
+    by inputs only) with one set of input shapes: resuming it with another would report the finished
+    runs of the first as the second's (`resnet18` and `torchvision:resnet18` share a name)."""
+    source = imported.model.source
+    what = {"model": source.spec, "inputs": [list(i.shape) for i in imported.model.inputs],
+            "identity": model_identity(source)}
     path = folder / MODEL_FILE
     if path.exists():
         held = json.loads(path.read_text())
-        if held["inputs"] != what["inputs"]:  # the folder's name is the model's; its spec may be another path to it
+        if held["inputs"] != what["inputs"] or held.get("identity", what["identity"]) != what["identity"]:
             raise MetatuneError(f"{folder} holds a bench of {held['model']} with inputs {held['inputs']}, not of "
-                                f"{what['model']} with inputs {what['inputs']}: use another --out")
+                                f"{what['model']} with inputs {what['inputs']}"
+                                + ("" if held["inputs"] != what["inputs"] else " (another network of that name)")
+                                + ": use another --out")
         return
     folder.mkdir(parents=True, exist_ok=True)
     write_json(path, what)
+
+
+def check_totals_reachable(out: Path, name: str, runs: list[tuple[str, int]], totals: list[int]) -> None:
+    """A trial total below what a run's database already holds cannot be tuned to any more (tuning to it
+    would compile the best of all the records, the longer run's model, labelled as the shorter one)."""
+    for strategy, repeat in runs:
+        records = out / "model" / name / f"{file_name(strategy)}-r{repeat}" / RECORD_FILE
+        held = sum(1 for line in records.read_text().splitlines() if line.strip()) if records.exists() else 0
+        for trials in totals:
+            if held > trials and read_result(result_path(out, name, strategy, repeat, trials)) is None:
+                raise MetatuneError(f"{records.parent} already holds {held} trials, more than --trials-total {trials}: "
+                                    f"time the model its first {trials} trials left with --replay-at {trials}")
 
 
 def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
@@ -88,6 +116,8 @@ def check_request(model: str, trials_totals: list[int], strategies: list[str],
                   reference_passes: int = MAX_PASSES) -> ModelSource:
     """The parsed model SPEC, or a one-line error for a bad request, before anything is written or measured."""
     largest = max(trials_totals)
+    if min(trials_totals) < 1:
+        raise MetatuneError(f"--trials-total {','.join(map(str, trials_totals))}: each must be at least 1")
     if any(n < 1 or n > largest for n in replay_at or []):
         raise MetatuneError(f"--replay-at {','.join(map(str, sorted(set(replay_at or []))))}: each must be between 1 "
                             f"and the largest --trials-total ({largest}); at the largest, the finished model is timed "
@@ -112,8 +142,9 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     totals, replays = sorted(set(trials_totals)), sorted(set(replay_at or []))
     name = imported.name
     claim_folder(out / "model" / name, imported)
-    twin = onnx_twin(imported, out / "model" / name)
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]
+    check_totals_reachable(out, name, runs, totals)
+    twin = onnx_twin(imported, out / "model" / name)
     progress = progress or BenchProgress(total=len(runs) * totals[-1])
     for i, (strategy, repeat) in enumerate(runs):
         base = i * totals[-1]

@@ -181,7 +181,7 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
             reached = None
             if xgb_max[n]:
                 reached = trials_to_reach(runs, n, s, 0.95 * xgb_max[n])
-            final = next((v for v in reversed(values) if v is not None), None)
+            final = values[-1]  # the percentages at the largest budget, in every row alike
             lines.append("| " + " | ".join([
                 n, s, *[_fmt(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),
                 _percent_of(final, torch_gflops, torch_unstable),

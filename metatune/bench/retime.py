@@ -25,8 +25,10 @@ from metatune.bench.suites import BenchWorkload, load_suite
 from metatune.env.device import fingerprint_for_target
 from metatune.measure.database import best_so_far, record_of, trial_lines
 from metatune.measure.measurer import Measurer
+from metatune.tune.tuner import check_database_device
 
 RETIMED_FILE = "retimed.json"
+PARTIAL_FILE = "retimed.partial.json"  # a re-timing in progress: retimed.json stays the last finished one
 
 
 def retime_workload(measurer: Measurer, bench_workload: BenchWorkload, keys: list[RunKey], out: Path,
@@ -73,6 +75,8 @@ def retime_bench(config: BenchConfig, rounds: int = 3, echo: Callable[[str], Non
     if not keys:
         raise MetatuneError(f"{config.out} holds no runs of suite {config.suite} to re-time")
     fingerprint = fingerprint_for_target(config.target)
+    for key in keys:  # kernels tuned on another machine, timed here, would be tabulated as that machine's
+        check_database_device(key.db_dir(config.out), fingerprint)
     data: dict[str, Any] = {"device_id": fingerprint.device_id, "rounds": rounds, "budgets": config.budgets,
                             "workloads": {}}
     rng = np.random.default_rng(0)
@@ -83,9 +87,10 @@ def retime_bench(config: BenchConfig, rounds: int = 3, echo: Callable[[str], Non
                 echo(f"re-timing {bench_workload.name}: the kernels of {len(own)} runs, {rounds} rounds")
                 data["workloads"][bench_workload.name] = retime_workload(measurer, bench_workload, own, config.out,
                                                                          config.budgets, rounds, rng)
-                write_json(config.out / RETIMED_FILE, data)  # workload by workload: an interruption keeps the rest
+                write_json(config.out / PARTIAL_FILE, data)  # workload by workload, to look at while it runs
                 failed = [r for r in data["workloads"][bench_workload.name]["runs"] if r.get("failure")]
                 for run in failed:
                     echo(f"warning: {bench_workload.name} [{run['strategy']}] trial {run['trial']} failed when "
                          f"timed again: {run['failure']}")
+    (config.out / PARTIAL_FILE).replace(config.out / RETIMED_FILE)
     return data

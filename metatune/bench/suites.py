@@ -6,6 +6,7 @@ ResNet-18 layer name such as `C6`) or a mapping `{name: ..., workload: ...}`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ class BenchWorkload:
 
 
 SUITE_FILES = REPO_ROOT / "bench" / "suites"
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def suite_names() -> list[str]:
@@ -40,7 +42,7 @@ def load_suite(spec: str) -> list[BenchWorkload]:
         return _named_by_family(get_suite(spec))
     shipped = SUITE_FILES / f"{spec}.yaml"
     path = shipped if shipped.exists() else Path(spec)
-    if not path.exists():
+    if not path.is_file():
         raise MetatuneError(f"unknown suite {spec!r}: not one of {', '.join(suite_names())} and no such file")
     return _from_file(path)
 
@@ -60,7 +62,7 @@ def _named_by_family(workloads: list[Workload], names: list[str | None] | None =
 def _from_file(path: Path) -> list[BenchWorkload]:
     try:
         items = yaml.safe_load(path.read_text())  # JSON is YAML
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise MetatuneError(f"{path}: not valid YAML/JSON: {err}") from None
     if not isinstance(items, list) or not items:
         raise MetatuneError(f"{path}: expected a non-empty list of workloads")
@@ -74,6 +76,8 @@ def _from_file(path: Path) -> list[BenchWorkload]:
             workload = resolve_workload(text)
         except WorkloadError as err:
             raise MetatuneError(f"{path}: item {i + 1}: {err}") from None
+        if name is not None and not NAME_RE.fullmatch(str(name)):  # a directory name in --out
+            raise MetatuneError(f"{path}: item {i + 1}: name {name!r} must be letters, digits, '.', '_' or '-'")
         workloads.append(workload)
         names.append(str(name) if name is not None else text if text in RESNET18_NAMES else None)
     out = _named_by_family(workloads, names)

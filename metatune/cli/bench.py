@@ -20,6 +20,9 @@ from metatune.cli.common import (
 )
 
 app = typer.Typer()
+RETIMED_KEPT = "retimed.json of the last finished re-timing"
+REFERENCES_KEPT = "the references measured again so far"
+DEFAULT_ROUNDS, DEFAULT_TRIALS_TOTAL = 3, "1000"
 
 
 @contextmanager
@@ -51,7 +54,7 @@ def bench(
                                                    "strategy and time it against PyTorch eager and onnxruntime."),
     input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="With --model: an input's shape "
                                                     "(repeat per input), as for tune --model."),
-    trials_total: str = typer.Option("1000", help="With --model: trials per strategy over all of the model's tasks; "
+    trials_total: str = typer.Option(DEFAULT_TRIALS_TOTAL, help="With --model: trials per strategy over all of the model's tasks; "
                                                   "several (200,1000) are reached in turn by one resumed run."),
     replay_at: Optional[str] = typer.Option(None, help="With --model: also time each run's model as its first N "
                                                        "trials left it (its database cut to N records; comma-"
@@ -59,7 +62,7 @@ def bench(
                                                        "strategy reaches a latency, all timed side by side."),
     budgets: Optional[str] = typer.Option(None, help="Trial budgets to report; each run goes to the largest. Default: "
                                                      "16,32,64,128,256; with --report-only, --retime or "
-                                                     "--references-only, those of them the runs in --out reached."),
+                                                     "--references-only, those the last bench into --out asked for."),
     strategies: Optional[str] = typer.Option(None, help="Comma-separated strategies, named as for tune --strategy; "
                                              "a checkpoint strategy may name its own, STRATEGY@CHECKPOINT (a zoo id "
                                              "or path). Default: metatune,xgb,xgb-transfer,random, xgb-transfer left "
@@ -85,23 +88,21 @@ def bench(
                                             "would deploy after each budget (its best so far), interleaved over "
                                             "--rounds shuffled rounds, into retimed.json, and rebuild the table with "
                                             "them: strategies tuned minutes apart compared free of the host's drift."),
-    rounds: int = typer.Option(3, min=1, help="With --retime: rounds of timing per kernel (median taken)."),
+    rounds: int = typer.Option(DEFAULT_ROUNDS, min=1, help="With --retime: rounds of timing per kernel (median taken)."),
     reference_passes: int = typer.Option(REFERENCE_PASSES, help=REFERENCE_PASSES_HELP + " Also the most passes of each "
                                                   "PyTorch-eager and fp32-peak reference of a suite."),
 ) -> None:
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
-    if replay_at is not None and model is None:
-        raise MetatuneError("--replay-at applies to --model benches only")
-    suite_only = {"--retime": retime, "--references-only": references_only, "--no-references": not references,
-                  "--budgets": budgets is not None, "--rounds": rounds != 3}
-    if model is not None and (given := [name for name, on in suite_only.items() if on]):
-        raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to suite benches only "
-                            "(a --model bench compiles and times whole models at --trials-total and --replay-at)")
+    check_modes(model, report_only=report_only, references_only=references_only, retime=retime,
+                references=references, rounds=rounds, input_shape=input_shape, trials_total=trials_total,
+                replay_at=replay_at, reference_passes=reference_passes, budgets=budgets)
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
-    strategies = strategies or default_strategies(model, target, tuning=not (retime or references_only or report_only))
-    with stop_cleanly():
+    strategies = strategies or default_strategies(model, target, runner,
+                                                  tuning=not (retime or references_only or report_only))
+    with stop_cleanly(resumes=not (retime or references_only),
+                      kept=RETIMED_KEPT if retime else REFERENCES_KEPT if references_only else ""):
         if model is not None:
             run_model_bench_command(model, parse_ints(trials_total, "--trials-total", "200,1000"), strategies,
                                     repeats, out, checkpoint, runner, trials_per_iter, report_only, target,
@@ -116,10 +117,39 @@ def bench(
                               references, report_only, target, reference_passes)
 
 
-def default_strategies(model: Optional[str], target: Optional[str], tuning: bool) -> str:
+def check_modes(model: Optional[str], *, report_only: bool, references_only: bool, retime: bool, references: bool,
+                rounds: int, input_shape: Optional[list[str]], trials_total: str, replay_at: Optional[str],
+                reference_passes: int, budgets: Optional[str]) -> None:
+    """One line, before anything runs, for options that contradict each other or that the chosen mode
+    would ignore (a user who passes one expects it to change something)."""
+    modes = [name for name, on in (("--report-only", report_only), ("--references-only", references_only),
+                                   ("--retime", retime)) if on]
+    if len(modes) > 1:
+        raise MetatuneError(f"{' and '.join(modes)} are different modes of bench: give one")
+    if model is not None:
+        suite_only = {"--retime": retime, "--references-only": references_only, "--no-references": not references,
+                      "--budgets": budgets is not None}
+        if given := [name for name, on in suite_only.items() if on]:
+            raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to suite benches only "
+                                "(a --model bench compiles and times whole models at --trials-total and --replay-at)")
+    else:
+        model_only = {"--replay-at": replay_at is not None, "--input-shape": bool(input_shape),
+                      "--trials-total": trials_total != DEFAULT_TRIALS_TOTAL}
+        if given := [name for name, on in model_only.items() if on]:
+            raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --model benches only")
+    if references_only and not references:
+        raise MetatuneError("--references-only measures the references that --no-references turns off: give one")
+    if rounds != DEFAULT_ROUNDS and not retime:
+        raise MetatuneError("--rounds applies to --retime only (the rounds each kernel is timed in again)")
+    if retime and reference_passes != REFERENCE_PASSES:
+        raise MetatuneError("--reference-passes does not apply to --retime (it times kernels in --rounds)")
+
+
+def default_strategies(model: Optional[str], target: Optional[str], runner: str, tuning: bool) -> str:
     """`--strategies` left out: what whole-model tuning offers for --model, else the suite's default,
     less what this device cannot run where the bench tunes (re-timing takes the suite's default in full,
-    whichever machine tuned it; a report takes every run in --out)."""
+    whichever machine tuned it; a report takes every run in --out). Over RPC with no --target, the
+    servers' device is not known yet: xgb-transfer, which pretrains on its dataset, is left out."""
     if model is not None:
         from metatune.tune.model_tuner import MODEL_STRATEGIES
 
@@ -129,6 +159,10 @@ def default_strategies(model: Optional[str], target: Optional[str], tuning: bool
 
     if not tuning:
         return ",".join(SUITE_STRATEGIES)
+    if runner != "local" and target is None:
+        typer.echo("note: xgb-transfer left out of the default strategies: it pretrains on the dataset of the "
+                   "servers' device, which --target names", err=True)
+        return ",".join(s for s in SUITE_STRATEGIES if s != "xgb-transfer")
     return ",".join(suite_strategies(target, echo=lambda m: typer.echo(m, err=True)))
 
 
@@ -140,11 +174,15 @@ def tuning_budgets(budgets: str | None) -> list[int]:
 
 
 def report_budgets(budgets: str | None, out: Path) -> list[int]:
-    """--budgets, else those of the defaults the runs in `out` reached: a table rebuilt from a
-    64-trial bench gets no empty 128- and 256-trial columns."""
+    """--budgets, else those the last bench that tuned into `out` asked for, else (a folder from before
+    they were recorded) those of the defaults its runs reached: a table rebuilt from a 64-trial bench
+    gets no empty 128- and 256-trial columns."""
+    from metatune.bench.harness import recorded_budgets
     from metatune.bench.report import budgets_reached
 
-    return tuning_budgets(budgets) if budgets is not None else budgets_reached(out, list(DEFAULT_BUDGETS))
+    if budgets is not None:
+        return tuning_budgets(budgets)
+    return recorded_budgets(out) or budgets_reached(out, list(DEFAULT_BUDGETS))
 
 
 def run_references_command(suite: str, budgets: str | None, strategies: str, out: Path, target: str | None = None,

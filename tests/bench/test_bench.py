@@ -22,10 +22,14 @@ from metatune.bench.harness import (
 from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown
 from metatune.bench.suites import load_suite, suite_names
+from metatune.cli.bench import default_strategies as cli_default_strategies
+from metatune.cli.bench import report_budgets
 from metatune.dataset.store import DatasetStore
+from metatune.env.device import local_fingerprint
 from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.reference_timing import PASSES
+from metatune.tune.tuner import DEVICE_FILE
 from tests.processes import run_metatune
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
@@ -111,6 +115,10 @@ def test_a_bench_writes_table_curves_and_references(quick_bench, bench_suite):
     assert references["fp32_peak_gflops"] == max(peak["libraries_gflops"].values())
     assert peak["libraries_gflops"][peak["library"]] == references["fp32_peak_gflops"]
     assert f"{peak['library']}'s matmul" in table
+    assert references["device_id"] == local_fingerprint().device_id  # another machine's are refused
+    # a table rebuilt later (--report-only, --retime) has the budgets the bench asked for
+    assert json.loads((out / "bench.json").read_text()) == {"budgets": [2, 4]}
+    assert report_budgets(None, out) == [2, 4]
 
 
 def test_rerunning_a_finished_bench_measures_nothing(quick_bench, small_dataset, bench_suite):
@@ -136,6 +144,7 @@ def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench,
                   "--out", str(copy), "--retime", "--rounds", "2")
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads((copy / "retimed.json").read_text())
+    assert not (copy / "retimed.partial.json").exists()  # renamed once finished: a stop keeps the last one
     names = [b.name for b in load_suite(bench_suite)]
     assert sorted(data["workloads"]) == sorted(names) and data["rounds"] == 2
     for name in names:
@@ -150,6 +159,11 @@ def test_retime_times_each_runs_deployed_kernels_again_side_by_side(quick_bench,
             assert r["tuned_gflops"] <= curve[r["budget"] - 1] * (1 + 1e-3)  # the curve gives the lowest median
             assert len(r["rounds_s"]) == 2 and r["gflops"] > 0
     assert "Re-timed side by side (2 interleaved rounds" in (copy / "table.md").read_text()
+    device = RunKey(names[0], "xgb", 0).db_dir(copy) / DEVICE_FILE  # kernels tuned on another machine
+    device.write_text(json.dumps({"device_id": "x86_64-elsewhere-2c"}))
+    again = run_cli("bench", "--suite", bench_suite, "--strategies", "xgb", "--out", str(copy), "--retime")
+    assert again.returncode == 2 and "holds measurements of x86_64-elsewhere-2c" in again.stderr, again.stderr[-2000:]
+    assert json.loads((copy / "retimed.json").read_text()) == data
 
 
 def test_a_run_whose_space_ran_out_is_not_tuned_again(tmp_path):
@@ -242,6 +256,8 @@ def test_shipped_suites_are_real_layers_the_dataset_has_not_seen():
     ("- 'nosuchop:m=1'\n", "unknown family"),
     ("{}\n", "non-empty list"),
     ("- {name: a, workload: C6}\n- {name: a, workload: C7}\n", "duplicate workload names a"),
+    ("- {name: a/b, workload: C6}\n", "name 'a/b' must be letters, digits"),
+    ("- {name: .., workload: C6}\n", "name '..' must be letters, digits"),
 ])
 def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     path = tmp_path / "suite.yaml"
@@ -257,6 +273,13 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     (("--runner", "rpc://127.0.0.1:9190/cpu"), "pass --no-references with an RPC runner"),
     (("--runner", "rpc://127.0.0.1:9190/cpu", "--retime"), "--retime times on this machine; it takes no --runner"),
     (("--reference-passes", "8"), "--reference-passes 8: at least 9"),
+    (("--report-only", "--retime"), "--report-only and --retime are different modes of bench: give one"),
+    (("--references-only", "--no-references"), "--references-only measures the references that --no-references"),
+    (("--rounds", "5"), "--rounds applies to --retime only"),
+    (("--retime", "--reference-passes", "12"), "--reference-passes does not apply to --retime"),
+    (("--trials-total", "200", "--input-shape", "1,3,8,8"), "--input-shape, --trials-total apply to --model benches"),
+    (("--model", "tinycnn", "--trials-total", "0,4"), "--trials-total 0,4: each must be at least 1"),
+    (("--suite", "."), "unknown suite '.'"),
 ])
 def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     proc = run_cli("bench", *args, "--out", str(tmp_path / "b"))
@@ -274,6 +297,9 @@ def test_default_strategies_are_those_that_can_run_here(tmp_path, monkeypatch, s
     assert len(notes) == 1 and "xgb-transfer left out" in notes[0] and str(tmp_path) in notes[0]
     monkeypatch.setenv("METATUNE_DATASET", str(small_dataset))
     assert default_strategies(None, notes.append) == list(SUITE_STRATEGIES) and len(notes) == 1
+    # over RPC with no --target, the servers' dataset is unknown: left out, rather than refused as asked for
+    assert "xgb-transfer" not in cli_default_strategies(None, None, "rpc://127.0.0.1:9190/cpu", tuning=True)
+    assert "xgb-transfer" in cli_default_strategies(None, None, "local", tuning=True)
     proc = run_cli("bench", "--model", "nosuchnet", "--out", str(tmp_path / "m"))
     assert proc.returncode == 2 and "nosuchnet" in proc.stderr and "not available for --model" not in proc.stderr
     out = tmp_path / "b"
@@ -366,10 +392,12 @@ def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path)
     out = tmp_path / "out"
     (out / "references.json").parent.mkdir()
     (out / "references.json").write_text(json.dumps({"fp32_peak_gflops": 1.0, "threads": 2,
-                                                     "torch": {"tiny": {"gflops": 1.0, "latency_us": 524.288}}}))
+                                                     "torch": {"tiny": {"gflops": 1.0, "latency_us": 524.288},
+                                                               "other": {"gflops": 3.0}}}))
     config = BenchConfig(str(suite), [2], ["random"], out=out, reference_passes=PASSES + 1)
     table = remeasure_references(config, echo=lambda _: None)
     references = json.loads((out / "references.json").read_text())
+    assert references["torch"]["other"] == {"gflops": 3.0}  # another suite's workload in --out: kept
     assert PASSES <= len(references["torch"]["tiny"]["passes_us"]) <= PASSES + 1
     assert PASSES <= len(references["fp32_peak"]["passes_gflops"]) <= PASSES + 1
     assert f"| fp32 peak GFLOPS | 1.0 | {references['fp32_peak_gflops']:.1f} |" in table
@@ -384,6 +412,31 @@ def test_references_of_another_device_are_not_replaced(tmp_path):
     config = BenchConfig("quick", [2], ["random"], out=out)
     with pytest.raises(MetatuneError, match="measured on cuda, these would be measured on cpu"):
         remeasure_references(config, echo=lambda _: None)
+    # another CPU (or core count): its PyTorch would be compared with the kernels tuned here
+    (out / "references.json").write_text(json.dumps({"device_id": "x86_64-elsewhere-64c", "torch": {}}))
+    with pytest.raises(MetatuneError, match="measured on x86_64-elsewhere-64c, this is x86_64-"):
+        remeasure_references(config, echo=lambda _: None)
+
+
+def test_a_bench_measures_the_references_its_finished_runs_lack(tmp_path, monkeypatch):
+    """Runs tuned first with --no-references: a bench with references measures every workload's, though
+    nothing is left to tune."""
+    from metatune.bench import harness
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- {name: a, workload: 'dense:m=64,n=64,k=64'}\n- {name: b, workload: 'dense:m=32,n=64,k=64'}\n")
+    out = tmp_path / "out"
+    for name, text in (("a", "dense:m=64,n=64,k=64"), ("b", "dense:m=32,n=64,k=64")):
+        path = RunKey(name, "random", 0).result_path(out)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"workload": text, "trials": 2, "curve": [1.0, 2.0]}))
+    monkeypatch.setattr(harness, "fp32_peak", lambda threads, device, max_passes: {"fp32_peak_gflops": 9.0,
+                                                                                   "fp32_peak": {}})
+    monkeypatch.setattr(harness, "torch_reference", lambda workload, threads, device, max_passes: {
+        "workload": str(workload), "gflops": 5.0})
+    assert harness.run_bench(BenchConfig(str(suite), [2], ["random"], out=out), echo=lambda _: None) == []
+    references = json.loads((out / "references.json").read_text())
+    assert set(references["torch"]) == {"a", "b"} and references["fp32_peak_gflops"] == 9.0
 
 
 def test_references_measured_so_far_survive_a_stop(tmp_path, monkeypatch):
@@ -414,16 +467,43 @@ def test_a_model_bench_folder_is_resumed_only_for_its_model_and_input_shapes(tmp
     from types import SimpleNamespace
 
     from metatune.bench.model_bench import claim_folder
-    from metatune.workload.model_source import InputSpec
+    from metatune.workload.model_source import InputSpec, ModelSource
 
-    def imported(*shape: int):
-        return SimpleNamespace(model=SimpleNamespace(source=SimpleNamespace(spec="net.py:make"),
-                                                     inputs=[InputSpec("x", shape)]))
+    def imported(spec: str, *shape: int):
+        return SimpleNamespace(model=SimpleNamespace(source=ModelSource.parse(spec), inputs=[InputSpec("x", shape)]))
 
-    claim_folder(tmp_path / "net", imported(1, 3, 32, 32))
-    claim_folder(tmp_path / "net", imported(1, 3, 32, 32))  # the same: resumed
-    with pytest.raises(MetatuneError, match=r"holds a bench of net.py:make with inputs \[\[1, 3, 32, 32\]\]"):
-        claim_folder(tmp_path / "net", imported(1, 3, 64, 64))
+    claim_folder(tmp_path / "resnet18", imported("resnet18", 1, 3, 32, 32))
+    claim_folder(tmp_path / "resnet18", imported("resnet18", 1, 3, 32, 32))  # the same: resumed
+    with pytest.raises(MetatuneError, match=r"holds a bench of resnet18 with inputs \[\[1, 3, 32, 32\]\]"):
+        claim_folder(tmp_path / "resnet18", imported("resnet18", 1, 3, 64, 64))
+    with pytest.raises(MetatuneError, match="another network of that name"):  # same name, inputs: not the same net
+        claim_folder(tmp_path / "resnet18", imported("torchvision:resnet18", 1, 3, 32, 32))
+    net = tmp_path / "a" / "net.onnx"
+    net.parent.mkdir()
+    net.write_bytes(b"first")
+    claim_folder(tmp_path / "net", imported(str(net), 1, 8))
+    other = tmp_path / "b" / "net.onnx"
+    other.parent.mkdir()
+    other.write_bytes(b"first")
+    claim_folder(tmp_path / "net", imported(str(other), 1, 8))  # another path to the same bytes: resumed
+    other.write_bytes(b"second")
+    with pytest.raises(MetatuneError, match="another network of that name"):
+        claim_folder(tmp_path / "net", imported(str(other), 1, 8))
+
+
+def test_a_model_bench_total_below_what_a_run_holds_is_refused(tmp_path):
+    """Tuning to 200 trials a database that holds 1000 would compile the 1000-trial model, labelled 200."""
+    from metatune.bench.model_bench import check_totals_reachable, result_path
+
+    run = tmp_path / "model" / "net" / "random-r0"
+    run.mkdir(parents=True)
+    (run / RECORD_FILE).write_text("{}\n" * 8)
+    (tmp_path / "model" / "net" / "random-r0-t8.json").write_text(json.dumps({"trials": 8}))
+    check_totals_reachable(tmp_path, "net", [("random", 0)], [8, 16])  # 8 done, 16 still ahead
+    with pytest.raises(MetatuneError, match="already holds 8 trials, more than --trials-total 4: .* --replay-at 4"):
+        check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8])
+    result_path(tmp_path, "net", "random", 0, 4).write_text(json.dumps({"trials": 4}))  # tuned to 4 first: kept
+    check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8])
 
 
 def test_report_budgets_default_to_those_the_runs_reached(tmp_path):
@@ -501,6 +581,16 @@ def test_tables_give_no_ratio_against_an_unstable_reference(tmp_path):
     rows = model_table(tmp_path)
     assert "| resnet18 | metatune | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | unstable | – | – |" in rows
     assert "| resnet18 | xgb | 1000 | 1 | 20.00 | PyTorch eager | 30.00 | 1.50× | – | – |" in rows
+
+
+def test_percentages_are_taken_at_the_largest_budget_in_every_row():
+    """A run that has not reached the largest budget gets none: its share at a smaller one would sit in
+    the same column as the others' at the largest."""
+    short = bench_run("a", "metatune", 100.0)
+    full = Run({**bench_run("a", "xgb", 50.0).data, "curve": [50.0, 100.0], "trials": 2})
+    table = markdown([short, full], [1, 2], {"fp32_peak_gflops": 400.0, "fp32_peak": {}, "torch": {"a": {"gflops": 200.0}}})
+    assert "| a | xgb | 50.0 | 100.0 | 2 | 200.0 | 50% | 25% |" in table
+    assert "| a | metatune | 100.0 | — | 1 | 200.0 | — | — |" in table
 
 
 def test_table_names_the_runs_measured_beside_busy_processes():
