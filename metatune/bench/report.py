@@ -52,12 +52,13 @@ class Run:
         return int(self.data.get("timed_trials", self.data["trials"]))
 
     def best_at(self, budget: int) -> float | None:
-        """Best GFLOPS within the first `budget` trials (None if the run is shorter, unless its search space
-        ran out first: then its best, which no more trials could have improved)."""
+        """Best GFLOPS within the first `budget` trials: 0.0 where every one of them failed (the strategy
+        found no working kernel: a result, not a gap); None if the run is shorter, unless its search space
+        ran out first: then its best, which no more trials could have improved."""
         curve = self.data["curve"]
         if len(curve) < budget:
-            return (curve[-1] or None) if curve and self.data.get("exhausted") else None
-        return curve[budget - 1] or None
+            return curve[-1] if curve and self.data.get("exhausted") else None
+        return curve[budget - 1]
 
     def error_at(self, budget: int) -> float | None:
         """Max relative error against NumPy of the best kernel after `budget` trials; None where it was
@@ -132,7 +133,7 @@ def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
                 writer.writerow({
                     "workload": r.name, "workload_text": r.data["workload"], "strategy": r.strategy,
                     "repeat": r.data["repeat"], "budget": budget, "best_gflops": gflops,
-                    "best_latency_us": round(_flops(r) / gflops / 1e3, 3),
+                    "best_latency_us": round(_flops(r) / gflops / 1e3, 3) if gflops else None,
                     **{k: r.data.get(k) for k in CSV_FIELDS[7:] if k != "timed_trials"}, "timed_trials": r.timed_trials,
                     "verified": r.error_at(budget) is not None, "max_rel_error": r.error_at(budget),
                 })
@@ -149,6 +150,11 @@ def geomean(values: list[float]) -> float | None:
 
 def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _fmt_best(value: float | None) -> str:
+    """A table cell of best GFLOPS: `failed` where every trial so far failed."""
+    return "failed" if value == 0.0 else _fmt(value)
 
 
 def _percent_of(value: float | None, reference: float | None, unstable: bool) -> str:
@@ -183,7 +189,7 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
                 reached = trials_to_reach(runs, n, s, 0.95 * xgb_max[n])
             final = values[-1]  # the percentages at the largest budget, in every row alike
             lines.append("| " + " | ".join([
-                n, s, *[_fmt(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),
+                n, s, *[_fmt_best(v) for v in values], _fmt(reached, 0) if xgb_max[n] else "—", _fmt(torch_gflops),
                 _percent_of(final, torch_gflops, torch_unstable),
                 _percent_of(final, peak, peak_unstable(references)),
             ]) + " |")
@@ -233,8 +239,20 @@ def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: l
         ratios = [geomean([a / x for a, x in ((best(runs, n, s, b), best(runs, n, BASELINE, last)) for n in names)
                            if a and x]) for b in budgets]
         lines.append("| " + " | ".join([s, *[_fmt(v, 2, "×") for v in ratios]]) + " |")
+    if failed := no_kernel_note(runs, budgets, names, strategies):
+        lines += ["", failed]
     gp = gp_summary(runs, strategies)
     return "\n".join(lines + (["", gp] if gp else []))
+
+
+def no_kernel_note(runs: list[Run], budgets: list[int], names: list[str], strategies: list[str]) -> str:
+    """Where a strategy found no working kernel within a budget (the median of its repeats is 0): the
+    geometric means above leave those workloads out, so they are named ("" when there are none)."""
+    items = [f"{s} on {n} @{b}" for s in strategies for n in names for b in budgets if best(runs, n, s, b) == 0.0]
+    if not items:
+        return ""
+    return ("**No working kernel** (every trial within the budget failed: `failed` above; these workloads are left "
+            "out of the geometric means): " + "; ".join(items) + ".")
 
 
 def gp_summary(runs: list[Run], strategies: list[str]) -> str:

@@ -55,7 +55,12 @@ class FeatureGroup:
 
 
 def _cache_path(store: WorkloadStore, cache_dir: Path) -> Path:
-    digest = hashlib.sha256(f"{store.workload.key}/{store.num_records}".encode()).hexdigest()[:16]
+    """Keyed on the sealed (immutable) workload's records and on TVM's version: the features are TVM's
+    PerStoreFeature, whose length and meaning another TVM may change."""
+    from tvm import __version__ as tvm_version
+
+    key = f"{store.workload.key}/{store.num_records}/tvm-{tvm_version}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir / f"{store.workload.family}-{digest}.npz"
 
 
@@ -73,7 +78,8 @@ def extract_features(store: WorkloadStore, target: Any,
 
 def training_feature_caches(dataset_dir: Path) -> list[tuple[WorkloadStore, Path]]:
     """Every complete training workload and the file its features are cached in (present or not)."""
-    stores = [s for s in DatasetStore(dataset_dir, repair=False) if s.split == "train" and s.sealed]
+    # a workload sealed with no record (every attempt failed) has nothing to learn from
+    stores = [s for s in DatasetStore(dataset_dir, repair=False) if s.split == "train" and s.sealed and s.num_records]
     if not stores:
         raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
                             f"complete training workload: "

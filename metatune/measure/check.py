@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -26,6 +26,12 @@ def output_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(out.astype(np.float64) - ref))) / scale
 
 
+def worst_output_error(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
+    """The largest `output_error` over several outputs; NaN if any is (Python's `max` would drop a NaN
+    that is not first)."""
+    return float(np.max([output_error(o, e) for o, e in zip(outputs, expected)]))
+
+
 def device_type(target: "tvm.target.Target") -> str:
     """The runtime device a target's kernels run on: `cuda` for CUDA targets, else `cpu`."""
     return "cuda" if target.kind.name == "cuda" else "cpu"
@@ -34,12 +40,13 @@ def device_type(target: "tvm.target.Target") -> str:
 def run_on_inputs(rt_mod: Any, workload: Workload, inputs: list[np.ndarray], out_shape: tuple[int, ...],
                   device: "str | tvm.runtime.Device" = "cpu") -> np.ndarray:
     """Run a compiled `main(inputs..., out)` on `device` (a kind: its device 0; or a device, a remote one
-    too) and return the output."""
+    too) and return the output. The output starts as NaN, so that an element the kernel never writes
+    fails the check (from zeros it would pass wherever the reference is 0: half a ReLU's outputs)."""
     import tvm
 
     dev = tvm.device(device, 0) if isinstance(device, str) else device
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
-    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"), dev)
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, "float32"), dev)
     rt_mod["main"](*args, out)
     return out.numpy()
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.env.device import usable_cores
-from metatune.measure.check import WrongResultError, output_error
+from metatune.measure.check import WrongResultError, output_error, worst_output_error
 from metatune.measure.cpu_load import OtherLoad
 from metatune.measure.measurer import median_latency
 from metatune.workload.model_source import ModelSource
@@ -445,7 +445,7 @@ def _build(spec: ReferenceSpec) -> tuple[Callable[[], Any], float | None, float 
     transformed = model.reference_outputs(inputs)
     if transformed is None:
         return call, None, None
-    error = max(output_error(out, ref) for out, ref in zip(transformed, model.expected_outputs(inputs)))
+    error = worst_output_error(transformed, model.expected_outputs(inputs))
     if not error <= FOLDING_RTOL:
         raise WrongResultError(f"{spec.name} with BatchNorm folded differs from the unfolded network "
                                f"(max rel. error {error:.2e})")

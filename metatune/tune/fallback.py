@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -48,9 +48,14 @@ def uncovered_reason(context: "TuneContext", encoder: "GraphEncoder", samples_pe
                      seed: int = 0) -> str | None:
     """None when BatchBO's knob space and the graph encoder accept every design space of the
     task (on `samples_per_space` random configurations each); otherwise why not."""
+    return spaces_uncovered_reason(lambda: DesignSpaces.from_context(context), encoder, samples_per_space, seed)
 
+
+def spaces_uncovered_reason(spaces: Callable[[], DesignSpaces], encoder: "GraphEncoder", samples_per_space: int = 4,
+                            seed: int = 0) -> str | None:
+    """`uncovered_reason` of the design spaces `spaces()` builds (a single operator's, without a TuneContext)."""
     try:
-        space = SearchSpace(DesignSpaces.from_context(context))
+        space = SearchSpace(spaces())
         rng = np.random.default_rng(seed)
         for knobs in space.knob_spaces:
             for _ in range(samples_per_space):

@@ -21,7 +21,7 @@ import numpy as np
 from metatune import MetatuneError, first_line
 from metatune.env.tvm_setup import without_vm_scope_logs
 from metatune.fileio import write_atomic
-from metatune.measure.check import WrongResultError, output_error
+from metatune.measure.check import WrongResultError, worst_output_error
 from metatune.measure.measurer import median_latency
 from metatune.workload.model_source import InputSpec, SourceModel
 
@@ -73,7 +73,7 @@ def verify(compiled: CompiledModel, model: SourceModel, inputs: list[np.ndarray]
     if [o.shape for o in outputs] != [e.shape for e in expected]:
         raise WrongResultError(f"compiled model returns shapes {[o.shape for o in outputs]}, {library} "
                                f"{[e.shape for e in expected]}")
-    err = max(output_error(o, e) for o, e in zip(outputs, expected))
+    err = worst_output_error(outputs, expected)
     if not (np.isfinite(err) and err <= rtol):
         raise WrongResultError(f"compiled model disagrees with {library}: max relative error {err:.2e} > {rtol:g}")
     return err, run_s

@@ -43,7 +43,7 @@ from typing import Any, Callable, ParamSpec, Protocol, TypeVar
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir
-from metatune.encode.supergraph import Template, device_kind
+from metatune.encode.supergraph import GraphEncoder, Template, device_kind
 from metatune.env.device import usable_cores
 from metatune.env.target import parse_target, target_json
 from metatune.env.interrupt import raise_if_stopped, uninterrupted
@@ -73,6 +73,7 @@ from metatune.search.batch_bo import BatchBO
 from metatune.search.gradient.search import GradientSearch
 from metatune.search.online_model import MetaTuneCostModel
 from metatune.space.knob_space import DesignSpaces
+from metatune.tune.fallback import spaces_uncovered_reason
 from metatune.tune.load_watch import LoadWatch, watch_load
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.workload.operators import Workload
@@ -459,6 +460,18 @@ def strategy_parts(strategy: str, setup: TuningSetup, seed: int | None) -> tuple
     return MetaTuneCostModel(setup.trained), BatchBO(seed=seed, **BATCH_BO_SETTINGS[strategy])
 
 
+def check_covered(workload: Workload, tvm_target: Any, setup: TuningSetup, strategy: str) -> None:
+    """One line, before measuring, where the checkpoint's cost model cannot encode the workload's programs
+    (loops its super-graph template has no slot for, e.g. the extent-1 loops of a 1x1x1 dense): every
+    prediction would fail inside TVM's search. `tune --model` gives such tasks TVM's default itself."""
+    encoder = GraphEncoder(setup.trained.builder.template)
+    reason = spaces_uncovered_reason(lambda: DesignSpaces(workload, tvm_target), encoder)
+    if reason is not None:
+        setup.measurer.close()
+        raise MetatuneError(f"{workload}: the {strategy} strategy's cost model cannot encode its programs ({reason}); "
+                            "tune it with --strategy xgb (TVM's default)")
+
+
 @exclusive_database
 def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, checkpoint: str = "auto",
                   runner: str = "local", trials_per_iter: int = 16, seed: int = 0,
@@ -474,6 +487,8 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target, db_dir)
     tvm_target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
+    if setup.trained is not None:
+        check_covered(workload, tvm_target, setup, strategy)
     mod = workload.irmodule()
     measured = measured_latencies(db_dir, mod)
     done = len(measured)

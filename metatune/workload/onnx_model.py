@@ -34,7 +34,7 @@ class OnnxModel(SourceModel):
 
         try:
             proto = onnx.load(source.spec)
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(source.spec)  # by path: a model over 2 GB (external data) cannot be checked as a proto
         except Exception as err:
             raise MetatuneError(f"{source.spec} is not a valid ONNX model ({first_line(err)})") from None
         initializers = {init.name for init in proto.graph.initializer}

@@ -2,9 +2,11 @@
 
 A workload is a family name plus integer shape parameters, written
 `conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1`. The text form is the workload's
-stable key: it parses and prints back identically. Every family knows its exact FLOP count,
-its TVM compute (te, mostly through tvm.topi), and a NumPy reference used to check compiled
-schedules.
+stable key: it parses and prints back identically. Every family knows its FLOP count (exact;
+for transposed convolutions the usual scatter count, every input element times every kernel tap,
+as fvcore counts them: it includes the taps landing in the border `pad` crops, e.g. 3.7% more
+than the kept ones for conv2d_transpose's example shape), its TVM compute (te, mostly through
+tvm.topi), and a NumPy reference used to check compiled schedules.
 """
 
 from __future__ import annotations
@@ -305,6 +307,8 @@ def _check_winograd(p: Shape) -> None:
 
 
 def _conv2d_transpose_flops(p: Shape) -> int:
+    """The scatter count (module docstring): GFLOPS of these families are on that scale, in the
+    datasets' labels as in the benches."""
     return 2 * p["n"] * p["c"] * p["h"] * p["w"] * p["k"] * p["r"] * p["s"]
 
 

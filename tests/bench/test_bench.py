@@ -20,7 +20,7 @@ from metatune.bench.harness import (
     remeasure_references,
 )
 from metatune.bench.model_bench import model_table
-from metatune.bench.report import Run, markdown
+from metatune.bench.report import Run, markdown, write_csv
 from metatune.bench.suites import load_suite, suite_names
 from metatune.cli.bench import default_strategies as cli_default_strategies
 from metatune.cli.bench import report_budgets
@@ -591,6 +591,21 @@ def test_percentages_are_taken_at_the_largest_budget_in_every_row():
     table = markdown([short, full], [1, 2], {"fp32_peak_gflops": 400.0, "fp32_peak": {}, "torch": {"a": {"gflops": 200.0}}})
     assert "| a | xgb | 50.0 | 100.0 | 2 | 200.0 | 50% | 25% |" in table
     assert "| a | metatune | 100.0 | — | 1 | 200.0 | — | — |" in table
+
+
+def test_a_budget_without_a_working_kernel_is_shown_and_named_not_dropped(tmp_path):
+    """Every trial of metatune's first budget failed: a result (`failed`, named under the table), where a
+    missing number would read as "not measured" and quietly leave the workload out of the means."""
+    failing = Run({**bench_run("a", "metatune", 0.0).data, "curve": [0.0, 80.0], "trials": 2, "repeat": 0})
+    xgb = Run({**bench_run("a", "xgb", 50.0).data, "curve": [50.0, 100.0], "trials": 2, "repeat": 0})
+    table = markdown([failing, xgb], [1, 2], {})
+    assert "| a | metatune | failed | 80.0 |" in table
+    assert "**No working kernel**" in table and "metatune on a @1" in table and "xgb on a" not in table
+    write_csv([failing, xgb], [1, 2], tmp_path / "results.csv")
+    with (tmp_path / "results.csv").open() as f:
+        rows = {(r["strategy"], r["budget"]): r for r in csv.DictReader(f)}
+    assert rows[("metatune", "1")]["best_gflops"] == "0.0" and rows[("metatune", "1")]["best_latency_us"] == ""
+    assert rows[("metatune", "1")]["verified"] == "False"
 
 
 def test_table_names_the_runs_measured_beside_busy_processes():

@@ -73,3 +73,23 @@ def test_features_extracted_once_or_by_workers_are_tvms_own(stores, target, tmp_
         with np.load(a) as x, np.load(b) as y:
             assert sorted(x.files) == sorted(y.files)
             assert all(np.array_equal(x[k], y[k]) for k in x.files)
+
+
+def test_pretraining_skips_a_workload_without_records_and_another_tvms_features(stores, tmp_path, monkeypatch):
+    """A workload sealed after every attempt failed has nothing to learn from (its features would not
+    concatenate); features cached by another TVM (its own PerStoreFeature) are extracted again."""
+    import tvm
+
+    from metatune.cost_model.xgb_transfer import training_feature_caches
+    from metatune.dataset.store import WorkloadStore
+    from metatune.workload.operators import Workload
+
+    root, _ = stores
+    linked_dataset(tmp_path, [s for s in DatasetStore(root) if s.split == "train"][:1])
+    empty = WorkloadStore(tmp_path / "workloads" / "dense" / "empty", Workload.parse("dense:m=8,n=8,k=8"), "train")
+    empty.seal()
+    assert empty.sealed and empty.num_records == 0
+    caches = training_feature_caches(tmp_path)
+    assert [store.num_records > 0 for store, _ in caches] == [True]
+    monkeypatch.setattr(tvm, "__version__", "0.0.0-other")
+    assert [path for _, path in training_feature_caches(tmp_path)] != [path for _, path in caches]

@@ -131,6 +131,26 @@ def test_a_design_space_outside_the_model_is_named():
         build(ks, cand.config)
 
 
+def test_a_structure_outside_the_template_drops_its_variant_not_the_search(monkeypatch):
+    """A point whose postprocessed program has a loop without a template slot (reached only while
+    descending) is NotDifferentiable, which drops its variant; the template's own error ended tuning."""
+    from metatune.encode.supergraph import TemplateMismatch
+
+    space = search_space(DENSE)
+    cand = space[0].sample(np.random.default_rng(3))
+    model = model_for(space[0], cand.config)
+    y = torch.tensor([model.program.columns(cand.config)], dtype=torch.float64)
+    u = torch.tensor([unroll_index(model, cand.config)])
+    model.features.plans.clear()  # plans are cached per structure: make this one again
+
+    def outside(enc):
+        raise TemplateMismatch("slot 'x/i9' is not in super-graph template")
+
+    monkeypatch.setattr(model.features.encoder, "slots_of", outside)
+    with pytest.raises(NotDifferentiable, match="slot 'x/i9' is not in super-graph template"):
+        model.features.node_features(y, u)
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients
 

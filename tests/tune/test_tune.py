@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metatune.fileio import REPO_ROOT
+from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workload.operators import Workload
 from tests.processes import run_metatune
@@ -233,6 +233,17 @@ def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
     assert res.returncode == 2 and "larger than the padded input" in res.stderr
 
 
+@pytest.mark.parametrize("strategy", ["metatune", "gradient"])
+def test_a_workload_the_cost_model_cannot_encode_is_one_line_before_measuring(tmp_path, strategy):
+    """A 1x1x1 dense has extent-1 loops the super-graph template has no slot for: every prediction would
+    fail inside TVM's search (a traceback); TVM's default tunes it."""
+    res = tune("--workload", "dense:m=1,n=1,k=1", "--strategy", strategy, "--trials", "4", "--db", str(tmp_path / "db"))
+    assert res.returncode == 2 and "cost model cannot encode its programs" in res.stderr, res.stderr[-2000:]
+    assert "--strategy xgb" in res.stderr and "Traceback" not in res.stderr
+    records = tmp_path / "db" / RECORD_FILE
+    assert not records.exists() or not records.read_text().strip()  # refused before anything was measured
+
+
 def test_task_without_design_space_is_a_clear_error(target):
     from tvm.s_tir import meta_schedule as ms
 
@@ -295,7 +306,7 @@ def test_checkpoint_takes_a_zoo_id(monkeypatch, tmp_path):
         direct = resolve_checkpoint(str(entry.weights_path), local_fingerprint())[0]
         for name in (entry.id, entry.device_id):
             trained, checkpoint, notes = resolve_checkpoint(name, local_fingerprint())
-            assert checkpoint == name
+            assert checkpoint == entry.id  # a bare device id is recorded as the version it named
             assert all(torch.equal(a, b) for a, b in zip(trained.model.state_dict().values(),
                                                           direct.model.state_dict().values()))
             assert bool(notes) == (entry.device_id != local_fingerprint().device_id)

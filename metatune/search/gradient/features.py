@@ -35,7 +35,12 @@ from metatune.encode import layout
 from metatune.encode.features import NUM_BUFFER_SLOTS, NUM_FEATURES, buffer_slots, owners
 from metatune.encode.graphs import FeatureStats
 from metatune.encode.loopgraph import PARALLEL, SERIAL, UNROLLED, VECTORIZED
-from metatune.encode.supergraph import EncodedProgram, GraphEncoder, RoleCache  # the encoder's own slot rules
+from metatune.encode.supergraph import (  # the encoder's own slot rules
+    EncodedProgram,
+    GraphEncoder,
+    RoleCache,
+    TemplateMismatch,
+)
 from metatune.search.gradient import NotDifferentiable
 from metatune.search.gradient.postproc import UNIT, FinalProgram, Rewrite
 from metatune.search.gradient.program import Mono, Span, SymAccess, SymbolicProgram
@@ -143,7 +148,10 @@ class VariantFeatures:
         owner = owners(prog)
         enc = EncodedProgram(prog, owner, np.zeros((len(prog.loops), NUM_FEATURES), np.float32),
                              self.roles.roles(prog, owner))
-        slots = torch.from_numpy(self.encoder.slots_of(enc))
+        try:
+            slots = torch.from_numpy(self.encoder.slots_of(enc))
+        except TemplateMismatch as err:  # a structure only this point reaches: drop the variant, not the search
+            raise NotDifferentiable(f"{self.program.name}: {err}") from err
         n, width = len(prog.loops), self.program.num_columns
         max_parts = max(len(p) for p in final.parts)
         parts = torch.full((n, max_parts), -1, dtype=torch.long)
