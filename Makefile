@@ -23,14 +23,16 @@ demo: $(STAMP)  ## the main job: tune ResNet-18's C6 with the shipped zoo checkp
 	mkdir -p runs
 	$(BIN)/metatune tune --workload C6 --trials 32 --strategy metatune --json runs/demo-C6.json  # its database: runs/tune/, per device
 
-train-zoo: $(STAMP)  ## rebuild the zoo: dataset (if missing or unfinished) → train → evaluate → publish, per train/configs/*.yaml (DEVICES="ID ..." for some)
+train-zoo: $(STAMP)  ## train native checkpoints: dataset (if missing or unfinished) → train → evaluate → publish a new version, per train/configs/*.yaml (DEVICES="ID ..." for some); adapted ones come from `metatune zoo adapt`
 	$(BIN)/python -m metatune.learn.train_zoo $(DEVICES)
 
-bench: $(STAMP)  ## head-to-head on ResNet-18's layers (hours; resumable): every strategy, PyTorch and peak references
+bench: $(STAMP)  ## head-to-head on ResNet-18's layers (hours; resumable): metatune, xgb, xgb-transfer (where this device has a dataset), random; PyTorch and peak references
 	$(BIN)/metatune bench --suite resnet18 --budgets 16,32,64,128,256 --out runs/bench-resnet18  # xgb-transfer where this device has a dataset
 
-test: $(STAMP)  ## fast test suite (what CI runs)
-	$(BIN)/python -m pytest -q
+test: $(STAMP)  ## fast test suite (what CI runs); pytest's exit 5 (no test collected) fails it
+	@$(BIN)/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): the test suite is missing or deselected" >&2; exit 1; fi; \
+	exit $$rc
 
 test-all: $(STAMP)  ## including tests marked slow
 	$(BIN)/python -m pytest -q -m ""

@@ -9,7 +9,7 @@ workload's records, ranking them with the checkpoint (no adaptation, k = 0) and 
 latency among the top q simulates that batch for pools of up to the records a workload holds. Printed:
 per workload and (q, N), the mean over draws of best-of-the-q's speed relative to the workload's
 fastest record, then the geometric mean over workloads. With `--config` the workloads are that training
-config's validation split (never trained on); without it, every workload of the dataset.
+config's validation split (never trained on, but its early stopping was chosen on it); without it, every workload of the dataset.
 """
 
 from __future__ import annotations

@@ -70,7 +70,15 @@ def reference_gflops(reference: Reference) -> dict[str, float]:
     return out
 
 
+def check_one_device(paths: list[Path]) -> None:
+    """Re-timings of one device only: another machine's kernels would set its speed as this one's headroom."""
+    devices = {path: json.loads(path.read_text()).get("device_id") for path in paths}
+    if len(set(devices.values())) > 1:
+        raise SystemExit("re-timed on different devices: " + ", ".join(f"{p} on {d}" for p, d in devices.items()))
+
+
 def headroom(reference: Reference, others: list[Path], peak: float | None = None) -> str:
+    check_one_device([reference.path, *others])
     ref = reference_gflops(reference)
     fastest: dict[str, Kernel] = {}
     for path in [reference.path, *others]:

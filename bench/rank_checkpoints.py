@@ -17,19 +17,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
 
+def open_models(data: Path, names: list[str]) -> dict:
+    """The checkpoints' trained models, which must share one template (the programs are encoded once); a
+    checkpoint trained on this dataset is named on stderr (its numbers here include its training workloads)."""
+    from metatune.learn.named_checkpoint import open_checkpoint
+
+    named = {n: open_checkpoint(n) for n in names}
+    templates = {n: m.trained.builder.template.version for n, m in named.items()}
+    if len(set(templates.values())) > 1:
+        raise SystemExit("the checkpoints encode programs with different templates: "
+                         + ", ".join(f"{n} {t}" for n, t in templates.items()))
+    for n, m in named.items():
+        dataset = m.card.get("dataset")
+        if isinstance(dataset, dict) and Path(data).name in (dataset.get("id"), Path(dataset.get("path", "")).name):
+            print(f"warning: {n} was trained on {Path(data).name}: its numbers here include its training workloads",
+                  file=sys.stderr)
+    return {n: m.trained for n, m in named.items()}
+
+
 def rank_dataset(data: Path, names: list[str], ks: tuple[int, ...], repeats: int) -> dict:
     from metatune.encode.graphs import load_encoded
     from metatune.encode.supergraph import GraphEncoder
     from metatune.learn.evaluate import EvalConfig, evaluate, gcn_adapter
-    from metatune.learn.named_checkpoint import open_checkpoint
 
-    models = {n: open_checkpoint(n).trained for n in names}
+    models = open_models(data, names)
     workloads = load_encoded(data, GraphEncoder(next(iter(models.values())).builder.template))
     config = EvalConfig(ks=ks, repeats=repeats, methods=tuple(names))
     result = evaluate(workloads, {n: gcn_adapter(m.model, m.builder, workloads, m.maml) for n, m in models.items()},
@@ -44,11 +62,10 @@ def rank_retimed(data: Path, names: list[str], passes: list[Path]) -> dict:
     from metatune.encode.supergraph import GraphEncoder
     from metatune.learn.evaluate import gcn_adapter
     from metatune.learn.metrics import pairwise_accuracy
-    from metatune.learn.named_checkpoint import open_checkpoint
     from metatune.measure.measurer import median_latency
 
     runs = [json.loads(p.read_text())["workloads"] for p in passes]
-    models = {n: open_checkpoint(n).trained for n in names}
+    models = open_models(data, names)
     workloads = load_encoded(data, GraphEncoder(next(iter(models.values())).builder.template))
     position = {w.key: i for i, w in enumerate(workloads)}
     methods = {n: gcn_adapter(m.model, m.builder, workloads, m.maml) for n, m in models.items()}  # k = 0: no support

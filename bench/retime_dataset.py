@@ -33,7 +33,7 @@ def pick(latencies: list[float], count: int, rng: np.random.Generator) -> list[i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", type=Path, help="a dataset directory, e.g. datasets/x86_64-sapphirerapids-2c")
-    parser.add_argument("--split", default="heldout", help="which workloads: train, val, heldout or all")
+    parser.add_argument("--split", default="heldout", choices=["train", "heldout", "all"], help="which workloads")
     parser.add_argument("--records", type=int, default=16, help="stored programs timed again per workload")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every program's stored and new latency here")
@@ -55,7 +55,7 @@ def main() -> None:
     settings = MeasureSettings(**{k: v for k, v in stored_settings.items()
                                   if k in ("number", "repeat", "min_repeat_ms", "cache_flush", "rtol")})
     rng = np.random.default_rng(args.seed)
-    stores = [s for s in DatasetStore(args.dataset) if args.split == "all" or s.split == args.split]
+    stores = [s for s in DatasetStore(args.dataset, repair=False) if args.split == "all" or s.split == args.split]
     out: dict[str, dict] = {}
     print(f"{len(stores)} workloads of {args.dataset} ({card['device']['llvm_host_cpu']} there, "
           f"{here.llvm_host_cpu} here), {args.records} programs each")

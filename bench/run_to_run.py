@@ -7,7 +7,9 @@ workload and budget: the second side's best GFLOPS over the first's as tuned (th
 curve), then the geometric mean over the workloads both sides have, and the spread of the per-workload
 log-ratios (their standard deviation, as a factor). Run with one strategy on both sides (two independent
 runs of the same search: an A/A comparison) it says how large a difference one run per workload can show
-by chance, which is what an ablation's geomean has to beat before it means anything.
+by chance, which is what an ablation's geomean has to beat before it means anything. A bench seeds each
+run with its repeat number, so `DIR:S:r0` against `OTHER:S:r0` shares the seed and shows measurement noise
+only; `:r0` against `:r1` shows the seed's share too.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ configurations are measured (the same ones for both), and the checkpoint's score
 measured speeds both ways: zero-shot (BatchBO's prior before a task's first measurement) and adapted by
 MAML's inner loop on the first 8 configurations, as `tune` adapts it (then ranking the others): the
 rank correlation, and how fast the best-scored configuration is against the best measured one.
-With a `--target` this machine cannot run (a GPU's, here without one) the programs are encoded, not
-measured, and the two ways' zero-shot scores are compared with each other; on the GPU's machine,
-`--target cuda` measures.
+With `--encode-only` (for a `--target` this machine cannot run: a GPU's, here without one) the programs are
+encoded, not measured, and the two ways' zero-shot scores are compared with each other; on the GPU's
+machine, `--target cuda` measures. A target that cannot be measured here without `--encode-only` is an error.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy.stats import spearmanr
+
+from metatune import MetatuneError
 
 
 SUPPORT = (0, 8)  # zero-shot (BatchBO's prior before any measurement), and adapted on 8 measurements
@@ -55,13 +57,13 @@ def scores(trained, builder, encoded, support: int) -> np.ndarray:
         return torch.func.functional_call(trained.model, params, batch.inputs()).numpy()
 
 
-def study(model: str, checkpoint: str | None, configs: int, seed: int, target_text: str | None) -> dict:
+def study(model: str, checkpoint: str | None, configs: int, seed: int, target_text: str | None,
+          encode_only: bool = False) -> dict:
     from metatune.encode.graphs import MIN_STD, GraphBuilder, encode_programs
     from metatune.encode.supergraph import GraphEncoder
-    from metatune import MetatuneError
     from metatune.env.device import fingerprint_for_target, require_runnable
     from metatune.env.tvm_setup import import_tensor_intrinsics
-    from metatune.learn.named_checkpoint import open_checkpoint
+    from metatune.tune.tuner import resolve_checkpoint
     from metatune.measure.measurer import Measurer, MeasureSettings, median_latency
     from metatune.space.knob_space import DesignSpaces, SearchSpace
     from metatune.workload.model_source import ModelSource
@@ -69,20 +71,17 @@ def study(model: str, checkpoint: str | None, configs: int, seed: int, target_te
 
     import_tensor_intrinsics()
     device = fingerprint_for_target(target_text)
-    try:
-        require_runnable(device)
-        measured = True
-    except MetatuneError:  # another device's programs (a GPU's on this CPU): encoded, not measured
-        measured = False
+    measured = not encode_only
+    if measured:
+        require_runnable(device)  # measured where asked to be, never quietly encoded only
     target = device.tvm_target()
-    named = open_checkpoint(checkpoint or device.device_id)
-    trained = named.trained
+    trained, checkpoint_id, _ = resolve_checkpoint(checkpoint or "auto", device)  # also: its template fits
     encoder = GraphEncoder(trained.builder.template)
     unseen = np.flatnonzero((trained.builder.stats.std <= MIN_STD).numpy())
     before = GraphBuilder(trained.builder.template, trained.builder.mode, DividedByTheFloor(trained.builder.stats))
     ways = (("divided by the floor", before), ("zero", trained.builder))
     rng = np.random.default_rng(seed)
-    out = {"device": device.device_id, "checkpoint": named.id, "model": model, "configs": configs,
+    out = {"device": device.device_id, "checkpoint": checkpoint_id, "model": model, "configs": configs,
            "measured": measured, "tasks": {}}
     with Measurer(target, MeasureSettings(verify=False)) if measured else nullcontext() as measurer:
         for task in extract_tasks(import_model(ModelSource.parse(model)).mod, target):
@@ -116,15 +115,20 @@ def study(model: str, checkpoint: str | None, configs: int, seed: int, target_te
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--checkpoint", default=None, help="zoo id or path (default: this device's newest)")
+    parser.add_argument("--checkpoint", default=None, help="zoo id or path (default: the zoo's for the device)")
     parser.add_argument("--configs", type=int, default=48, help="random configurations measured per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", default=None,
-                        help="the device's target (default: this machine; `cuda`: its GPU); one this machine cannot "
-                        "run (nvidia/nvidia-h100 here) is encoded, not measured, and the two ways' scores compared")
+                        help="the device's target (default: this machine; `cuda`: its GPU)")
+    parser.add_argument("--encode-only", action="store_true",
+                        help="encode the programs without measuring them (a --target this machine cannot run, e.g. "
+                        "nvidia/nvidia-h100 on a CPU) and compare the two ways' zero-shot scores")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    result = study(args.model, args.checkpoint, args.configs, args.seed, args.target)
+    try:
+        result = study(args.model, args.checkpoint, args.configs, args.seed, args.target, args.encode_only)
+    except MetatuneError as err:
+        raise SystemExit(f"error: {err}") from None
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -46,3 +46,11 @@ def test_a_budget_the_reference_never_reached_is_an_error(tmp_path):
     path = write_retimed(tmp_path / "a.json", {"w1": [("xgb", 0, 16, 100.0)]})
     with pytest.raises(SystemExit, match="no re-timed xgb runs at 256"):
         headroom(Reference(path, "xgb", 256), [])
+
+
+def test_re_timings_of_another_device_are_refused(tmp_path):
+    first = write_retimed(tmp_path / "a.json", {"w1": [("xgb", 0, 256, 100.0)]})
+    other = write_retimed(tmp_path / "b.json", {"w1": [("metatune", 0, 256, 300.0)]})
+    other.write_text(other.read_text().replace("x86_64-test", "x86_64-elsewhere"))
+    with pytest.raises(SystemExit, match="re-timed on different devices"):
+        headroom(Reference(first, "xgb", 256), [other])

@@ -33,3 +33,14 @@ def test_labels_are_scored_against_the_new_timings_and_the_model_on_the_same_rec
     assert flipped["per_workload"]["stored labels"][key] == pytest.approx(0.0)
     model_agree, model_flipped = agree["per_workload"][CHECKPOINT][key], flipped["per_workload"][CHECKPOINT][key]
     assert model_agree + model_flipped == pytest.approx(1.0)  # the same 8 records scored both times, orders reversed
+
+
+def test_checkpoints_of_two_templates_are_refused_and_one_trained_here_is_named(capsys):
+    from bench.rank_checkpoints import open_models
+
+    with pytest.raises(SystemExit, match="different templates"):
+        open_models(DATA, [CHECKPOINT, "cuda-sm90-h100/v1"])
+    open_models(DATA, [CHECKPOINT])  # v1 was adapted on this dataset
+    assert f"warning: {CHECKPOINT} was trained on {DATA.name}" in capsys.readouterr().err
+    open_models(REPO_ROOT / "datasets" / "x86_64-znver3-2c", [CHECKPOINT])
+    assert "warning" not in capsys.readouterr().err
