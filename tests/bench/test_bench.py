@@ -53,10 +53,10 @@ def small_dataset(tmp_path_factory) -> Path:
     return root
 
 
-# Two workloads that tune in seconds with every strategy: TVM's evolutionary search (xgb, xgb-transfer)
-# takes tens of seconds a run on the quick suite's convolutions, and the bench's code is the same for all.
-BENCH_SUITE = ("- {name: dense, workload: 'dense:m=64,n=64,k=64'}\n"
-               "- {name: narrow, workload: 'dense:m=32,n=64,k=32'}\n")
+# A workload that tunes in seconds with every strategy: TVM's evolutionary search (xgb, xgb-transfer) takes
+# tens of seconds a run on the quick suite's convolutions, and the bench's code is the same for all (the
+# strategies' rotation over workloads: test_plan_rotates_strategies_per_workload).
+BENCH_SUITE = "- {name: dense, workload: 'dense:m=64,n=64,k=64'}\n"
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +345,7 @@ def test_config_sorts_and_checks_budgets():
 
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     out = tmp_path / "model-bench"
-    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2,8", "--strategies",
+    proc = run_cli("bench", "--model", "tinycnn", "--trials-total", "4,8", "--replay-at", "2", "--strategies",
                    "random", "--out", str(out), "--reference-passes", str(PASSES))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second = (json.loads((out / "model" / "tinycnn" / f"random-r0-t{t}.json").read_text()) for t in (4, 8))
@@ -353,8 +353,7 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
     # the replay: the model as the run's first two trials left it, compiled without tuning more
     replayed = json.loads((out / "model" / "tinycnn" / "random-r0-t2-of8.json").read_text())
     assert replayed["trials"] == 2 and replayed["replay_of"] == 8 and replayed["tune_s"] < 5
-    retimed = json.loads((out / "model" / "tinycnn" / "random-r0-t8-of8.json").read_text())
-    assert retimed["trials"] == 8 and retimed["verified"]  # at the largest total: the finished model, timed again
+    # (a replay at the largest total, the finished model timed again, goes through the same replay)
     records = (out / "model" / "tinycnn" / "random-r0-at2" / RECORD_FILE).read_text().splitlines()
     assert records == (out / "model" / "tinycnn" / "random-r0" / RECORD_FILE).read_text().splitlines()[:2]
     for result in (first, second, replayed):

@@ -118,6 +118,26 @@ def test_the_json_carries_every_pass_of_both_sides_in_alternating_order(target):
         assert data["speedup"] == pytest.approx(statistics.median(ratios), rel=1e-4)
 
 
+def test_a_wide_interval_takes_more_pass_pairs_up_to_the_most_allowed(target):
+    """Every other TVM pass reads four times slow: the speed-up's interval stays wide, so passes are added one
+    pair at a time past `passes`, up to `max_passes`, and the comparison ends unstable, naming why."""
+    timed = tvm_pass(WORKLOAD, target)
+    count = 0
+
+    def every_other_slowed() -> float:
+        nonlocal count
+        count += 1
+        return timed() * (4.0 if count % 2 else 1.0)
+
+    comparison = compare(ReferenceSpec.operator(WORKLOAD, usable_cores(), 0.05), every_other_slowed,
+                         passes=MIN_PASSES, max_passes=MIN_PASSES + 2)
+    data = comparison.to_json()
+    assert len(data["tvm"]["passes_ms"]) == len(data["reference"]["passes_ms"]) == MIN_PASSES + 2 == count
+    assert comparison.unstable and comparison.speedup is None
+    assert any("interval reaches" in reason and f"after {MIN_PASSES + 2} passes" in reason
+               for reason in comparison.reasons)
+
+
 def test_one_slowed_pass_moves_neither_the_median_nor_its_interval_but_a_slow_phase_does():
     """The interval of a median from nine passes is their second fastest and second slowest."""
     steady = [10.0, 10.1, 9.9, 10.2, 10.0, 9.8, 10.1, 10.0, 9.9]
