@@ -177,7 +177,7 @@ def markdown(runs: list[Run], budgets: list[int], references: dict[str, Any]) ->
              f"({_fmt(peak)} GFLOPS{peak_by}) measured in the same run{how}.", ""]
     xgb_max = {n: best(runs, n, BASELINE, budgets[-1]) for n in names}
     header = ["workload", "strategy", *[str(b) for b in budgets], f"trials to 95% of xgb@{budgets[-1]}",
-              "PyTorch GFLOPS", "% of PyTorch", "% of peak"]
+              "PyTorch GFLOPS", f"% of PyTorch @{budgets[-1]}", f"% of peak @{budgets[-1]}"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for n in names:
         torch_gflops = torch_refs.get(n, {}).get("gflops")
