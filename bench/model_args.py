@@ -15,9 +15,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "the bench directory were tuned with, `auto` where none recorded one)")
 
 
-def runs_checkpoint(out: Path) -> str:
-    """The checkpoint the bench's runs were tuned with: `auto` today may name a newer version than theirs."""
-    names = {json.loads(p.read_text()).get("checkpoint") for p in Path(out).glob("runs/*/*.json")} - {None}
+def runs_checkpoint(out: Path, strategy: str | None = None) -> str:
+    """The checkpoint the bench's runs (of `strategy`, or of every strategy) were tuned with: `auto` today
+    may name a newer version than theirs."""
+    pattern = f"runs/*/{strategy}-r*.json" if strategy else "runs/*/*.json"
+    names = {json.loads(p.read_text()).get("checkpoint") for p in Path(out).glob(pattern)} - {None}
     if len(names) > 1:
         raise SystemExit(f"the runs in {out} were tuned with several checkpoints ({', '.join(sorted(names))}): "
                          "name one with --checkpoint")
@@ -33,5 +35,6 @@ def resolve_model(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     import_tensor_intrinsics()
     fingerprint = fingerprint_for_target(args.target) if args.target else local_fingerprint()
-    trained, checkpoint, _ = resolve_checkpoint(args.checkpoint or runs_checkpoint(args.out), fingerprint)
+    runs_of = getattr(args, "strategy", None)  # a study of one strategy's runs takes their checkpoint
+    trained, checkpoint, _ = resolve_checkpoint(args.checkpoint or runs_checkpoint(args.out, runs_of), fingerprint)
     return fingerprint.tvm_target(), trained, checkpoint

@@ -188,12 +188,12 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
     suite = load_suite(config.suite)
     runs = plan(suite, config.strategies, config.repeats)
     check_request(config)
-    write_json(config.out / SETTINGS_FILE, {"budgets": config.budgets})
     threads = _tvm_threads()
     device = reference_device(config.target)
     references = _load_references(config.out)
     if config.references:
         check_reference_device(references, device, config.out)
+    write_json(config.out / SETTINGS_FILE, {"budgets": config.budgets})  # once nothing more refuses the bench
     if config.references and "fp32_peak_gflops" not in references:
         _measure_peak(threads, references, echo, device, config.reference_passes)
         write_json(config.out / REFERENCES_FILE, references)
@@ -318,17 +318,28 @@ def check_resumed_settings(config: BenchConfig, resolved: dict[str, str]) -> Non
         if earlier is None or earlier.get("exhausted") or int(earlier["trials"]) >= config.max_trials:
             continue  # nothing more will be measured for it
         name, checkpoint = split_strategy(key.strategy)
-        before = earlier.get("trials_per_iter")
-        if before is not None and before != config.trials_per_iter:
-            raise MetatuneError(f"{key.workload} [{key.strategy}] r{key.repeat} in {config.out} was tuned with "
-                                f"--trials-per-iter {before}, not {config.trials_per_iter}: pass {before} to continue "
-                                "it, or use another --out")
-        now = resolved.get(checkpoint or config.checkpoint) if name in CHECKPOINT_STRATEGIES else None
-        if now is not None and earlier.get("checkpoint") not in (None, now):
-            raise MetatuneError(f"{key.workload} [{key.strategy}] r{key.repeat} in {config.out} was tuned with "
-                                f"checkpoint {earlier['checkpoint']}, and would continue with {now}: pass "
-                                f"--checkpoint {earlier['checkpoint']} (or STRATEGY@{earlier['checkpoint']}) to "
-                                "continue it, or use another --out")
+        spec = checkpoint or config.checkpoint
+        check_continuation(f"{key.workload} [{key.strategy}] r{key.repeat} in {config.out}", earlier,
+                           config.trials_per_iter, spec, resolved.get(spec) if name in CHECKPOINT_STRATEGIES else None,
+                           from_strategy=checkpoint is not None)
+
+
+def check_continuation(run: str, earlier: dict[str, Any], trials_per_iter: int, spec: str, now: str | None,
+                       from_strategy: bool) -> None:
+    """One run's next segment must search as its earlier ones did: the same --trials-per-iter and the same
+    checkpoint (`now`: what the checkpoint `spec` resolves to today, None where not checked). Results
+    written before checkpoints were recorded as resolved hold the spec itself, which is accepted."""
+    before = earlier.get("trials_per_iter")
+    if before is not None and before != trials_per_iter:
+        raise MetatuneError(f"{run} was tuned with --trials-per-iter {before}, not {trials_per_iter}: pass "
+                            f"{before} to continue it, or use another --out")
+    recorded = earlier.get("checkpoint")
+    if now is None or recorded in (None, now, spec):
+        return
+    how = (f"its strategy names checkpoint {spec}, which now is {now}: a run continues with the model it started "
+           "with, so use another --out" if from_strategy else f"pass --checkpoint {recorded} to continue it, or "
+           "use another --out")
+    raise MetatuneError(f"{run} was tuned with checkpoint {recorded}, and would continue with {now}; {how}")
 
 
 def _trials_in(db_dir: Path, bench_workload: BenchWorkload) -> int | None:

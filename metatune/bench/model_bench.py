@@ -25,12 +25,21 @@ from pathlib import Path
 from typing import Any, Callable
 
 from metatune import MetatuneError
-from metatune.bench.harness import BenchProgress, check_strategies, file_name, read_result, split_strategy, write_json
+from metatune.bench.harness import (
+    BenchProgress,
+    check_continuation,
+    check_strategies,
+    file_name,
+    read_result,
+    split_strategy,
+    write_json,
+)
+from metatune.env.device import fingerprint_for_target
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
 from metatune.tune.model_tuner import check_strategy, tune_model
-from metatune.tune.tuner import DEVICE_FILE
+from metatune.tune.tuner import CHECKPOINT_STRATEGIES, DEVICE_FILE, resolve_checkpoint
 from metatune.workload.model_source import ModelSource, Shape
 from metatune.workload.relax_tasks import ImportedModel, import_model, load_model
 from metatune.workload.torch_model import TorchModel
@@ -95,16 +104,37 @@ def claim_folder(folder: Path, imported: ImportedModel) -> None:
     write_json(path, what)
 
 
-def check_totals_reachable(out: Path, name: str, runs: list[tuple[str, int]], totals: list[int]) -> None:
+def check_totals_reachable(out: Path, name: str, runs: list[tuple[str, int]], totals: list[int],
+                           trials_per_iter: int) -> None:
     """A trial total below what a run's database already holds cannot be tuned to any more (tuning to it
-    would compile the best of all the records, the longer run's model, labelled as the shorter one)."""
+    would compile the best of all the records, the longer run's model, labelled as the shorter one).
+    TVM stops a run at the first batch that reaches its total, so a run killed before writing its result
+    may hold up to a batch more than the total: that run is finished, not longer."""
     for strategy, repeat in runs:
         records = out / "model" / name / f"{file_name(strategy)}-r{repeat}" / RECORD_FILE
         held = sum(1 for line in records.read_text().splitlines() if line.strip()) if records.exists() else 0
         for trials in totals:
-            if held > trials and read_result(result_path(out, name, strategy, repeat, trials)) is None:
+            if held >= trials + trials_per_iter and read_result(result_path(out, name, strategy, repeat, trials)) is None:
                 raise MetatuneError(f"{records.parent} already holds {held} trials, more than --trials-total {trials}: "
                                     f"time the model its first {trials} trials left with --replay-at {trials}")
+
+
+def check_runs_continue_alike(out: Path, name: str, runs: list[tuple[str, int]], totals: list[int], checkpoint: str,
+                              trials_per_iter: int, target: str | None) -> None:
+    """A run tuned to an earlier total resumes its database for the next: with another --trials-per-iter or
+    checkpoint the next total's model would come from two searches (see `check_continuation`)."""
+    resolved: dict[str, str] = {}
+    for strategy, repeat in runs:
+        done = [r for t in totals if (r := read_result(result_path(out, name, strategy, repeat, t))) is not None]
+        if not done or len(done) == len(totals):
+            continue  # nothing tuned yet, or nothing more to tune
+        tuner, named = split_strategy(strategy)
+        spec = named or checkpoint
+        if tuner in CHECKPOINT_STRATEGIES and spec not in resolved:
+            resolved[spec] = resolve_checkpoint(spec, fingerprint_for_target(target))[1]
+        check_continuation(f"{name} [{strategy}] r{repeat} in {out}", done[-1], trials_per_iter, spec,
+                           resolved.get(spec) if tuner in CHECKPOINT_STRATEGIES else None,
+                           from_strategy=named is not None)
 
 
 def result_path(out: Path, name: str, strategy: str, repeat: int, trials: int) -> Path:
@@ -143,7 +173,8 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
     name = imported.name
     claim_folder(out / "model" / name, imported)
     runs = [(s, r) for r in range(repeats) for s in (strategies if r % 2 == 0 else strategies[::-1])]
-    check_totals_reachable(out, name, runs, totals)
+    check_totals_reachable(out, name, runs, totals, trials_per_iter)
+    check_runs_continue_alike(out, name, runs, totals, checkpoint, trials_per_iter, target)
     twin = onnx_twin(imported, out / "model" / name)
     progress = progress or BenchProgress(total=len(runs) * totals[-1])
     for i, (strategy, repeat) in enumerate(runs):
@@ -169,6 +200,7 @@ def run_model_bench(model: str, trials_totals: list[int], strategies: list[str],
             if twin is not None:
                 result["onnxruntime"] = against_onnxruntime(library, twin, tuned.threads, reference_passes).to_json()
             result["strategy"], result["repeat"], result["trials_total"] = strategy, repeat, trials
+            result["trials_per_iter"] = trials_per_iter
             write_json(path, result)
             progress.set(base + trials, f"{name} [{strategy}] {trials} trials: {result['model_ms']} ms")
         for trials in replays:

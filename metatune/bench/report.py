@@ -118,7 +118,16 @@ def trials_to_reach(runs: list[Run], name: str, strategy: str, gflops: float) ->
 
 
 def best(runs: list[Run], name: str, strategy: str, budget: int) -> float | None:
-    return _median([r.best_at(budget) for r in runs if r.name == name and r.strategy == strategy])
+    """The median over repeats of the best GFLOPS within `budget` trials, of the repeats that found a working
+    kernel (a failed repeat's 0.0 in a median of two would make up a speed no kernel had; `no_kernel_note`
+    names such repeats); 0.0 where every repeat failed, None where none reached the budget."""
+    values = _values_at(runs, name, strategy, budget)
+    working = [v for v in values if v > 0]
+    return _median(working) if working else (0.0 if values else None)
+
+
+def _values_at(runs: list[Run], name: str, strategy: str, budget: int) -> list[float]:
+    return [v for r in runs if r.name == name and r.strategy == strategy and (v := r.best_at(budget)) is not None]
 
 
 def write_csv(runs: list[Run], budgets: list[int], path: Path) -> None:
@@ -246,13 +255,26 @@ def summary(runs: list[Run], budgets: list[int], names: list[str], strategies: l
 
 
 def no_kernel_note(runs: list[Run], budgets: list[int], names: list[str], strategies: list[str]) -> str:
-    """Where a strategy found no working kernel within a budget (the median of its repeats is 0): the
-    geometric means above leave those workloads out, so they are named ("" when there are none)."""
-    items = [f"{s} on {n} @{b}" for s in strategies for n in names for b in budgets if best(runs, n, s, b) == 0.0]
-    if not items:
-        return ""
-    return ("**No working kernel** (every trial within the budget failed: `failed` above; these workloads are left "
-            "out of the geometric means): " + "; ".join(items) + ".")
+    """Where a strategy found no working kernel within a budget in every repeat (the geometric means above
+    leave those workloads out) or in some of them (the medians are of the others): named ("" when none)."""
+    every, some = [], []
+    for s in strategies:
+        for n in names:
+            for b in budgets:
+                values = _values_at(runs, n, s, b)
+                failed = sum(v == 0 for v in values)
+                if failed and failed == len(values):
+                    every.append(f"{s} on {n} @{b}")
+                elif failed:
+                    some.append(f"{s} on {n} @{b} ({failed} of {len(values)} repeats)")
+    notes = []
+    if every:
+        notes.append("**No working kernel** (every trial within the budget failed: `failed` above; these workloads "
+                     "are left out of the geometric means): " + "; ".join(every) + ".")
+    if some:
+        notes.append("**Repeats without a working kernel** (their medians above are of the other repeats): "
+                     + "; ".join(some) + ".")
+    return "\n\n".join(notes)
 
 
 def gp_summary(runs: list[Run], strategies: list[str]) -> str:

@@ -22,7 +22,7 @@ from metatune.cli.common import (
 app = typer.Typer()
 RETIMED_KEPT = "retimed.json of the last finished re-timing"
 REFERENCES_KEPT = "the references measured again so far"
-DEFAULT_ROUNDS, DEFAULT_TRIALS_TOTAL = 3, "1000"
+DEFAULT_ROUNDS, DEFAULT_TRIALS_TOTAL, DEFAULT_TRIALS_PER_ITER = 3, "1000", 16
 
 
 @contextmanager
@@ -77,7 +77,7 @@ def bench(
     runner: str = typer.Option("local", help=RUNNER_HELP + " With an RPC runner pass --no-references (they are "
                                                           "timed on this machine)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
-    trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
+    trials_per_iter: int = typer.Option(DEFAULT_TRIALS_PER_ITER, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from every run "
                                                  "in --out (whatever --strategies, --suite and --repeats say)."),
@@ -95,7 +95,10 @@ def bench(
     """Tune every workload of a suite (or every task of a model) with every strategy, side by side."""
     check_modes(model, report_only=report_only, references_only=references_only, retime=retime,
                 references=references, rounds=rounds, input_shape=input_shape, trials_total=trials_total,
-                replay_at=replay_at, reference_passes=reference_passes, budgets=budgets)
+                replay_at=replay_at, reference_passes=reference_passes, budgets=budgets,
+                tuning_options={"--strategies": strategies is not None, "--repeats": repeats != 1,
+                                "--checkpoint": checkpoint != "auto",
+                                "--trials-per-iter": trials_per_iter != DEFAULT_TRIALS_PER_ITER})
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
@@ -119,13 +122,22 @@ def bench(
 
 def check_modes(model: Optional[str], *, report_only: bool, references_only: bool, retime: bool, references: bool,
                 rounds: int, input_shape: Optional[list[str]], trials_total: str, replay_at: Optional[str],
-                reference_passes: int, budgets: Optional[str]) -> None:
+                reference_passes: int, budgets: Optional[str], tuning_options: dict[str, bool]) -> None:
     """One line, before anything runs, for options that contradict each other or that the chosen mode
-    would ignore (a user who passes one expects it to change something)."""
+    would ignore (a user who passes one expects it to change something). `tuning_options`: whether each
+    option that only tuning (and, for --strategies and --repeats, --retime) reads was given."""
     modes = [name for name, on in (("--report-only", report_only), ("--references-only", references_only),
                                    ("--retime", retime)) if on]
     if len(modes) > 1:
         raise MetatuneError(f"{' and '.join(modes)} are different modes of bench: give one")
+    read_by_retime = ("--strategies", "--repeats")
+    for mode in modes:
+        ignored = [name for name, on in tuning_options.items() if on and not (mode == "--retime" and name in
+                                                                                read_by_retime)]
+        if ignored:
+            raise MetatuneError(f"{', '.join(ignored)} do{'es' if len(ignored) == 1 else ''} not apply to {mode} "
+                                "(it tunes nothing" + ("; it takes every run in --out" if mode == "--report-only"
+                                                       else "") + ")")
     if model is not None:
         suite_only = {"--retime": retime, "--references-only": references_only, "--no-references": not references,
                       "--budgets": budgets is not None}

@@ -487,12 +487,12 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target, db_dir)
     tvm_target, measurer = setup.target, setup.measurer
     DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
-    if setup.trained is not None:
-        check_covered(workload, tvm_target, setup, strategy)
     mod = workload.irmodule()
     measured = measured_latencies(db_dir, mod)
     done = len(measured)
     remaining = trials - done
+    if setup.trained is not None and remaining > 0:  # a finished run is only checked and reported
+        check_covered(workload, tvm_target, setup, strategy)
     start = time.perf_counter()
     seed = resumed_seed(seed, done)
     cost_model, search = strategy_parts(strategy, setup, seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from metatune.bench.harness import (
     merge_segments,
     plan,
     remeasure_references,
+    run_bench,
 )
 from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown, write_csv
@@ -277,6 +279,9 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     (("--references-only", "--no-references"), "--references-only measures the references that --no-references"),
     (("--rounds", "5"), "--rounds applies to --retime only"),
     (("--retime", "--reference-passes", "12"), "--reference-passes does not apply to --retime"),
+    (("--report-only", "--strategies", "xgb", "--repeats", "2"), "--strategies, --repeats do not apply to --report-only"),
+    (("--retime", "--checkpoint", "x86_64-znver3-2c"), "--checkpoint does not apply to --retime (it tunes nothing)"),
+    (("--references-only", "--trials-per-iter", "8"), "--trials-per-iter does not apply to --references-only"),
     (("--trials-total", "200", "--input-shape", "1,3,8,8"), "--input-shape, --trials-total apply to --model benches"),
     (("--model", "tinycnn", "--trials-total", "0,4"), "--trials-total 0,4: each must be at least 1"),
     (("--suite", "."), "unknown suite '.'"),
@@ -415,6 +420,10 @@ def test_references_of_another_device_are_not_replaced(tmp_path):
     (out / "references.json").write_text(json.dumps({"device_id": "x86_64-elsewhere-64c", "torch": {}}))
     with pytest.raises(MetatuneError, match="measured on x86_64-elsewhere-64c, this is x86_64-"):
         remeasure_references(config, echo=lambda _: None)
+    # a tuning bench refused for them leaves the folder's recorded budgets alone
+    with pytest.raises(MetatuneError, match="measured on x86_64-elsewhere-64c, this is x86_64-"):
+        run_bench(config, echo=lambda _: None)
+    assert not (out / "bench.json").exists()
 
 
 def test_a_bench_measures_the_references_its_finished_runs_lack(tmp_path, monkeypatch):
@@ -498,11 +507,34 @@ def test_a_model_bench_total_below_what_a_run_holds_is_refused(tmp_path):
     run.mkdir(parents=True)
     (run / RECORD_FILE).write_text("{}\n" * 8)
     (tmp_path / "model" / "net" / "random-r0-t8.json").write_text(json.dumps({"trials": 8}))
-    check_totals_reachable(tmp_path, "net", [("random", 0)], [8, 16])  # 8 done, 16 still ahead
+    check_totals_reachable(tmp_path, "net", [("random", 0)], [8, 16], 2)  # 8 done, 16 still ahead
     with pytest.raises(MetatuneError, match="already holds 8 trials, more than --trials-total 4: .* --replay-at 4"):
-        check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8])
+        check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8], 2)
+    # TVM ends a run at the batch that reaches its total: 8 records of a run to 6 by batches of 4 were one run,
+    # killed before its result was written, and tuning to 6 again finishes it
+    check_totals_reachable(tmp_path, "net", [("random", 0)], [6, 16], 4)
+    with pytest.raises(MetatuneError, match="already holds 8 trials, more than --trials-total 4"):
+        check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8], 4)
     result_path(tmp_path, "net", "random", 0, 4).write_text(json.dumps({"trials": 4}))  # tuned to 4 first: kept
-    check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8])
+    check_totals_reachable(tmp_path, "net", [("random", 0)], [4, 8], 2)
+
+
+def test_a_model_bench_run_continues_with_its_settings(tmp_path):
+    """The next total resumes a run's database: another --trials-per-iter or checkpoint would mix searches."""
+    from metatune.bench.model_bench import check_runs_continue_alike, result_path
+
+    (tmp_path / "model" / "net").mkdir(parents=True)
+    earlier = {"trials": 4, "trials_per_iter": 4, "checkpoint": "x86_64-sapphirerapids-2c/v5"}
+    result_path(tmp_path, "net", "metatune", 0, 4).write_text(json.dumps(earlier))
+    continue_with = functools.partial(check_runs_continue_alike, tmp_path, "net", [("metatune", 0)], [4, 8])
+    continue_with("x86_64-sapphirerapids-2c/v5", 4, None)
+    with pytest.raises(MetatuneError, match="was tuned with --trials-per-iter 4, not 16"):
+        continue_with("x86_64-sapphirerapids-2c/v5", 16, None)
+    with pytest.raises(MetatuneError, match="tuned with checkpoint x86_64-sapphirerapids-2c/v5, and would continue "
+                                            "with x86_64-sapphirerapids-2c/v6; pass --checkpoint"):
+        continue_with("x86_64-sapphirerapids-2c/v6", 4, None)
+    result_path(tmp_path, "net", "metatune", 0, 8).write_text(json.dumps({**earlier, "trials": 8}))
+    continue_with("x86_64-sapphirerapids-2c/v6", 16, None)  # every total done: nothing continues
 
 
 def test_report_budgets_default_to_those_the_runs_reached(tmp_path):
@@ -607,6 +639,16 @@ def test_a_budget_without_a_working_kernel_is_shown_and_named_not_dropped(tmp_pa
     assert rows[("metatune", "1")]["verified"] == "False"
 
 
+def test_a_repeat_without_a_working_kernel_does_not_halve_the_median():
+    """Two repeats, one failed at the first budget: the median of 0 and 80 (40 GFLOPS) is a speed no kernel had."""
+    repeats = [Run({**bench_run("a", "metatune", 0.0).data, "curve": [0.0, 90.0], "trials": 2, "repeat": 0}),
+               Run({**bench_run("a", "metatune", 80.0).data, "curve": [80.0, 100.0], "trials": 2, "repeat": 1})]
+    table = markdown(repeats, [1, 2], {})
+    assert "| a | metatune | 80.0 | 95.0 |" in table
+    assert "**Repeats without a working kernel**" in table and "metatune on a @1 (1 of 2 repeats)" in table
+    assert "**No working kernel**" not in table
+
+
 def test_table_names_the_runs_measured_beside_busy_processes():
     quiet, busy = bench_run("a", "xgb", 100.0), bench_run("b", "metatune", 150.0)
     busy.data.update(repeat=1, disturbed=[[1, 16, 1.1], [33, 48, 0.6]])
@@ -688,12 +730,25 @@ def test_a_run_is_continued_only_with_the_checkpoint_it_began_with(tmp_path):
     newest = open_checkpoint("x86_64-sapphirerapids-2c").id
     assert newest != "x86_64-sapphirerapids-2c/v5"
     with pytest.raises(MetatuneError, match=f"was tuned with checkpoint x86_64-sapphirerapids-2c/v5, and would "
-                                            f"continue with {newest}"):
+                                            f"continue with {newest}; its strategy names .* use another --out"):
         check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
     path.write_text(json.dumps({**earlier, "checkpoint": newest}))
     check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
+    # results written before checkpoints were recorded as resolved hold the spec: accepted
+    path.write_text(json.dumps({**earlier, "checkpoint": "x86_64-sapphirerapids-2c"}))
+    check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
+    path.write_text(json.dumps({**earlier, "trials_per_iter": 8}))
+    with pytest.raises(MetatuneError, match="was tuned with --trials-per-iter 8, not 16: pass 8"):
+        check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
     path.write_text(json.dumps({**earlier, "trials": 4}))  # finished: nothing more to measure, nothing to refuse
     check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
+    # a bare strategy takes --checkpoint: passing the earlier one continues the run
+    plain = RunKey("tiny", "metatune", 0).result_path(out)
+    plain.write_text(json.dumps(earlier))
+    config = BenchConfig(suite=str(suite), strategies=["metatune"], budgets=[4], out=out, references=False,
+                         checkpoint="x86_64-sapphirerapids-2c")
+    with pytest.raises(MetatuneError, match="pass --checkpoint x86_64-sapphirerapids-2c/v5 to continue it"):
+        check_resumed_settings(config, {"x86_64-sapphirerapids-2c": newest})
 
 
 def test_xgb_transfer_over_rpc_needs_the_servers_target(tmp_path):

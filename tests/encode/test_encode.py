@@ -369,10 +369,15 @@ def test_a_feature_that_never_varied_in_training_reaches_the_model_as_zero():
 @pytest.mark.parametrize("kind", sorted(golden.TARGETS))
 def test_the_encoding_is_what_its_template_version_recorded(kind):
     """Caches and checkpoints are keyed on the template version: the same version must mean the same features."""
-    version, encoded = golden.encodings(kind)
+    version, encoded, programs = golden.encodings(kind)
     path = golden.golden_path(kind, version)
     assert path.exists(), (f"no recorded encodings for {kind} template {version}: record them with "
                            "`python -m tests.encode.golden --write`")
+    changed = sorted(n for n, h in golden.recorded_programs(path).items() if programs.get(n) != h)
+    assert not changed and sorted(golden.recorded_programs(path)) == sorted(programs), (
+        f"the programs encoded are not those recorded ({', '.join(changed) or 'other names'}): TVM's sampling or "
+        "the operators changed, not necessarily the encoder. Check the encoder did not change in the same change, "
+        "then record again with `python -m tests.encode.golden --write --replace`")
     recorded = load_file(str(path))
     assert sorted(recorded) == sorted(encoded), "other programs than those recorded: record them again"
     for name, values in encoded.items():
@@ -396,4 +401,11 @@ def test_the_encoding_check_sees_a_changed_feature(monkeypatch):
 
     monkeypatch.setattr(supergraph, "loop_features", one_feature_doubled)
     with pytest.raises(AssertionError, match="the encoder's features changed"):
+        test_the_encoding_is_what_its_template_version_recorded("cpu")
+
+
+def test_the_encoding_check_tells_changed_programs_from_a_changed_encoder(monkeypatch):
+    """Other programs (another shape, TVM sampling otherwise) fail as such: not blamed on the encoder."""
+    monkeypatch.setitem(golden.SHAPES, "dense", "dense:m=16,n=32,k=32")
+    with pytest.raises(AssertionError, match=r"not those recorded \(dense/0, dense/1\)"):
         test_the_encoding_is_what_its_template_version_recorded("cpu")
