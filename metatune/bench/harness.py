@@ -25,7 +25,7 @@ from metatune import MetatuneError
 from metatune.bench.failures import FAILURES_FILE, RunFailure, clear_failure, record_failure
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
-from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir, training_feature_caches
+from metatune.cost_model.xgb_transfer import TransferredXGB, default_dataset_dir, training_stores
 from metatune.env.device import fingerprint_for_target, require_runnable, usable_cores
 from metatune.env.tvm_setup import import_tensor_intrinsics, use_threads
 from metatune.fileio import write_atomic
@@ -110,7 +110,7 @@ def transfer_dataset(target: str | None) -> Path:
 
 def check_transfer_dataset(target: str | None) -> None:
     """A one-line error where xgb-transfer has no dataset to pretrain on."""
-    training_feature_caches(transfer_dataset(target))
+    training_stores(transfer_dataset(target))
 
 
 def default_strategies(target: str | None, echo: Callable[[str], None]) -> list[str]:
@@ -118,7 +118,7 @@ def default_strategies(target: str | None, echo: Callable[[str], None]) -> list[
     pretrain it on: a bench on a new machine runs rather than stopping at its first xgb-transfer run."""
     dataset = transfer_dataset(target)  # a bad --target fails here, as itself
     try:
-        training_feature_caches(dataset)
+        training_stores(dataset)
     except MetatuneError as missing:
         echo(f"note: xgb-transfer left out of the default strategies: {missing}")
         return [s for s in SUITE_STRATEGIES if s != "xgb-transfer"]

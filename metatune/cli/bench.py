@@ -80,7 +80,8 @@ def bench(
     trials_per_iter: int = typer.Option(DEFAULT_TRIALS_PER_ITER, min=1, help="Candidates measured per batch."),
     references: bool = typer.Option(True, help="Measure PyTorch eager per workload and the machine's fp32 peak."),
     report_only: bool = typer.Option(False, help="Only rebuild results.csv, table.md and curves.png from every run "
-                                                 "in --out (whatever --strategies, --suite and --repeats say)."),
+                                                 "in --out (options that choose runs or how to tune or time them "
+                                                 "are refused: it takes them all, and measures nothing)."),
     references_only: bool = typer.Option(False, help="Only re-measure the PyTorch and fp32-peak references of the "
                                                      "suite into --out, print old vs new, and rebuild the table."),
     retime: bool = typer.Option(False, help="Only time again, side by side, the kernel each run in --out of "
@@ -98,7 +99,9 @@ def bench(
                 replay_at=replay_at, reference_passes=reference_passes, budgets=budgets,
                 tuning_options={"--strategies": strategies is not None, "--repeats": repeats != 1,
                                 "--checkpoint": checkpoint != "auto",
-                                "--trials-per-iter": trials_per_iter != DEFAULT_TRIALS_PER_ITER})
+                                "--trials-per-iter": trials_per_iter != DEFAULT_TRIALS_PER_ITER},
+                measuring_options={"--runner": runner != "local",
+                                   "--target": target is not None})
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")
@@ -122,10 +125,12 @@ def bench(
 
 def check_modes(model: Optional[str], *, report_only: bool, references_only: bool, retime: bool, references: bool,
                 rounds: int, input_shape: Optional[list[str]], trials_total: str, replay_at: Optional[str],
-                reference_passes: int, budgets: Optional[str], tuning_options: dict[str, bool]) -> None:
+                reference_passes: int, budgets: Optional[str], tuning_options: dict[str, bool],
+                measuring_options: dict[str, bool] | None = None) -> None:
     """One line, before anything runs, for options that contradict each other or that the chosen mode
     would ignore (a user who passes one expects it to change something). `tuning_options`: whether each
-    option that only tuning (and, for --strategies and --repeats, --retime) reads was given."""
+    option that only tuning (and, for --strategies and --repeats, --retime) reads was given;
+    `measuring_options`: the same for those that every mode but --report-only reads."""
     modes = [name for name, on in (("--report-only", report_only), ("--references-only", references_only),
                                    ("--retime", retime)) if on]
     if len(modes) > 1:
@@ -149,6 +154,15 @@ def check_modes(model: Optional[str], *, report_only: bool, references_only: boo
                       "--trials-total": trials_total != DEFAULT_TRIALS_TOTAL}
         if given := [name for name, on in model_only.items() if on]:
             raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --model benches only")
+    if report_only:
+        given = [name for name, on in (measuring_options or {}).items() if on]
+        given += ["--no-references"] if not references else []
+        given += ["--reference-passes"] if reference_passes != REFERENCE_PASSES else []
+        if given:
+            raise MetatuneError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --report-only "
+                                "(it measures nothing; it takes every run in --out)")
+    if retime and not references:
+        raise MetatuneError("--no-references does not apply to --retime (it times the runs' kernels, not references)")
     if references_only and not references:
         raise MetatuneError("--references-only measures the references that --no-references turns off: give one")
     if rounds != DEFAULT_ROUNDS and not retime:

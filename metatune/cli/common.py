@@ -39,24 +39,27 @@ def echo_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
-def check_json_out(path: Path | None, dash_prints: bool = False) -> None:
-    """Refuse a `--json FILE` that could not be written before the work starts, not after it.
-    `dash_prints`: the command prints the JSON alone for `-` (others print a summary too)."""
+def check_json_out(path: Path | None, dash_prints: bool = False, option: str = "--json") -> None:
+    """Refuse a `--json FILE` (or another `option` naming a JSON file) that could not be written before
+    the work starts, not after it. `dash_prints`: the command prints the JSON alone for `-` (others print
+    a summary too)."""
     if path is None or (dash_prints and str(path) == "-"):
         return
     if str(path) == "-":
-        raise MetatuneError("--json -: this command prints a summary on stdout; give a file name")
+        raise MetatuneError(f"{option} -: this command prints a summary on stdout; give a file name")
     if path.is_dir():
-        raise MetatuneError(f"--json {path}: is a folder; give a file name")
+        raise MetatuneError(f"{option} {path}: is a folder; give a file name")
     if not path.parent.is_dir():
-        raise MetatuneError(f"--json {path}: no such folder {path.parent}")
+        raise MetatuneError(f"{option} {path}: no such folder {path.parent}")
 
 
 def write_json(data: object, path: Path) -> None:
     """Write `data` as indented JSON, for `--json FILE` options: atomically (a crash leaves the old
-    file), or straight into a FILE that is no regular file (/dev/stdout, a shell's pipe)."""
+    file), or straight into a FILE that is no regular file (/dev/stdout, a shell's pipe) or is a
+    symbolic link (/dev/stdout redirected to a file is one: a rename would replace the link, and the
+    shell's file would never get the JSON)."""
     text = json.dumps(data, indent=2) + "\n"
-    if path.exists() and not path.is_file():
+    if path.is_symlink() or (path.exists() and not path.is_file()):
         path.write_text(text)
     else:
         write_atomic(path, text.encode())

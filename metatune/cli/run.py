@@ -36,9 +36,12 @@ def run_library(
     threads = use_threads(usable_cores())  # before TVM's runtime starts its thread pool
     compiled, inputs = load_library(library)
     if input_shape:
-        dtypes = [i.dtype for i in inputs] if len(inputs) == len(input_shape) else ["float32"] * len(input_shape)
-        inputs = [InputSpec(f"input{i}", parse_shape(text), dtype)
-                  for i, (text, dtype) in enumerate(zip(input_shape, dtypes))]
+        if inputs and len(inputs) != len(input_shape):
+            raise MetatuneError(f"{library} takes {len(inputs)} input(s) ({', '.join(i.name for i in inputs)}), "
+                                f"and --input-shape gave {len(input_shape)}: give one per input, in order")
+        # LIBRARY.json's names and dtypes stay; without it, float32 inputs named by position
+        known = inputs or [InputSpec(f"input{i}", (), "float32") for i in range(len(input_shape))]
+        inputs = [InputSpec(spec.name, parse_shape(text), spec.dtype) for spec, text in zip(known, input_shape)]
     if not inputs:
         raise MetatuneError(f"{library.with_suffix('.json')} is missing: give each input's shape with --input-shape")
     rng = np.random.default_rng(seed)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import parse_floats, parse_ints, parse_list, stop_cleanly
+from metatune.cli.common import check_json_out, parse_floats, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
 ENCODED_KEPT = "the programs encoded so far"  # cached per workload: a restart reads them back
@@ -111,6 +111,7 @@ def learning_curve(
     from metatune.learn.learning_curve import run_learning_curve
     from metatune.learn.named_checkpoint import open_checkpoint
 
+    check_json_out(out, option="--out")
     points = (parse_floats(fractions, "--fractions", "0.25,0.5,1"), parse_ints(records, "--records", "50,100"),
               parse_ints(seeds, "--seeds", "0,1"))
     with stop_cleanly(resumes=False, kept=ENCODED_KEPT):

@@ -165,8 +165,9 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(workload_text)
-    from metatune.tune.tuner import tune_workload
+    from metatune.tune.tuner import check_strategy, tune_workload
 
+    check_strategy(strategy)  # before the run folder and its logs are made
     db_dir = db or default_db_dir(strategy, str(workload), target, runner, seed, checkpoint)
     with tuning_console(db_dir, verbose, f"tune {workload.family} [{strategy}]", trials) as show:
         result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,

@@ -106,18 +106,25 @@ def zoo_publish(
     hf_repo: Optional[str] = typer.Option(None, "--hf-repo", help="Also upload to this Hugging Face repo OWNER/NAME."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Validate a run and add it under a new version (v1, v2, ...); never overwrites."""
+    """Validate a run and add it under a new version (v1, v2, ...); never overwrites. A run whose weights are
+    published already for its device is not published again: its entry is named."""
     from metatune import zoo as z
 
     if hf_repo is not None:  # fail before publishing locally, not after
         z.check_hf_repo(hf_repo)
         z.require_hf_hub()
-    entry = z.publish(run_dir, _root(zoo))
+    root = _root(zoo)
+    before = {e.id for e in z.read_index(root)} if root.is_dir() else set()  # publish makes a new zoo's folder
+    entry = z.publish(run_dir, root)
     url = z.push_to_hub(entry, hf_repo) if hf_repo is not None else None
     if as_json:
-        echo_json({**entry.to_json(), "directory": str(entry.directory), "hub_url": url})
+        echo_json({**entry.to_json(), "directory": str(entry.directory), "hub_url": url,
+                   "already_published": entry.id in before})
         return
-    typer.echo(f"published {entry.id} -> {entry.directory} (sha256 {entry.sha256[:16]}...)")
+    if entry.id in before:
+        typer.echo(f"{run_dir} is already published as {entry.id} (same weights, sha256 {entry.sha256[:16]}...)")
+    else:
+        typer.echo(f"published {entry.id} -> {entry.directory} (sha256 {entry.sha256[:16]}...)")
     if url:
         typer.echo(f"uploaded to {url}")
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from metatune import MetatuneError
 from metatune.cost_model.xgb import new_xgb, record_task
+from metatune.dataset.card import read_card
 from metatune.dataset.store import DatasetStore, WorkloadStore
 from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import REPO_ROOT, write_atomic
@@ -40,9 +41,18 @@ DATASET_ENV = "METATUNE_DATASET"
 
 
 def default_dataset_dir(device_id: str) -> Path:
-    """$METATUNE_DATASET, else the dataset shipped for this device at the repository root."""
+    """$METATUNE_DATASET, else the dataset shipped for this device at the repository root. A dataset
+    whose card names another device is refused: xgb-transfer learns this device's costs."""
     env = os.environ.get(DATASET_ENV)
-    return Path(env) if env else REPO_ROOT / "datasets" / device_id
+    if not env:
+        return REPO_ROOT / "datasets" / device_id
+    card = read_card(Path(env))
+    measured_on = (card or {}).get("device", {}).get("device_id", device_id)
+    if measured_on != device_id:
+        raise MetatuneError(f"${DATASET_ENV}={env} holds measurements of {measured_on}, not of the device tuned "
+                            f"for ({device_id}): xgb-transfer pretrains on that device's own; unset it or point it "
+                            "at a dataset of this device")
+    return Path(env)
 
 
 @dataclass
@@ -54,12 +64,13 @@ class FeatureGroup:
     costs: np.ndarray
 
 
-def _cache_path(store: WorkloadStore, cache_dir: Path) -> Path:
-    """Keyed on the sealed (immutable) workload's records and on TVM's version: the features are TVM's
-    PerStoreFeature, whose length and meaning another TVM may change."""
+def _cache_path(store: WorkloadStore, cache_dir: Path, target: Any) -> Path:
+    """Keyed on the sealed (immutable) workload's records, the target they are replayed for (another
+    device's study replays them for its own) and TVM's version: the features are TVM's PerStoreFeature,
+    whose length and meaning another TVM may change."""
     from tvm import __version__ as tvm_version
 
-    key = f"{store.workload.key}/{store.num_records}/tvm-{tvm_version}"
+    key = f"{store.workload.key}/{store.num_records}/{target}/tvm-{tvm_version}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir / f"{store.workload.family}-{digest}.npz"
 
@@ -76,23 +87,28 @@ def extract_features(store: WorkloadStore, target: Any,
     return FeatureGroup(shash2hex(task.context.mod), features, costs)
 
 
-def training_feature_caches(dataset_dir: Path) -> list[tuple[WorkloadStore, Path]]:
-    """Every complete training workload and the file its features are cached in (present or not)."""
+def training_stores(dataset_dir: Path) -> list[WorkloadStore]:
+    """Every complete training workload with records, or a one-line error where there is none."""
     # a workload sealed with no record (every attempt failed) has nothing to learn from
     stores = [s for s in DatasetStore(dataset_dir, repair=False) if s.split == "train" and s.sealed and s.num_records]
     if not stores:
         raise MetatuneError(f"xgb-transfer needs the training records of a dataset, and {dataset_dir} has no "
                             f"complete training workload: "
                             f"build one with `metatune dataset build` or set ${DATASET_ENV}")
+    return stores
+
+
+def training_feature_caches(dataset_dir: Path, target: Any) -> list[tuple[WorkloadStore, Path]]:
+    """Every complete training workload and the file its features for `target` are cached in (present or not)."""
     cache_dir = Path(dataset_dir) / "cache" / "xgb-features"
-    return [(store, _cache_path(store, cache_dir)) for store in stores]
+    return [(store, _cache_path(store, cache_dir, target)) for store in training_stores(dataset_dir)]
 
 
 def cache_training_features(dataset_dir: Path, target: Any, echo: Callable[[str], None] = logger.info,
                             workers: int | None = None) -> list[Path]:
     """The feature cache file of every complete training workload, extracting the missing ones first,
     one process per core (`workers` caps them): replaying and featurising ~13,000 records takes minutes."""
-    caches = training_feature_caches(dataset_dir)
+    caches = training_feature_caches(dataset_dir, target)
     missing = [(store, path) for store, path in caches if not path.exists()]
     if missing:
         echo(f"xgb-transfer: extracting the features of {len(missing)} training workloads")

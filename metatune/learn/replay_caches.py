@@ -33,12 +33,14 @@ class CacheJob:
     features: Path | None = None
 
 
-def missing_caches(data_dir: Path, encoder: GraphEncoder, min_records: int, with_features: bool) -> list[CacheJob]:
-    """The workloads whose loop graphs (or, `with_features`, XGBoost training features) are not cached."""
+def missing_caches(data_dir: Path, encoder: GraphEncoder, min_records: int, with_features: bool,
+                   target: Any) -> list[CacheJob]:
+    """The workloads whose loop graphs (or, `with_features`, XGBoost training features for `target`) are not
+    cached."""
     jobs = {str(store.dir): CacheJob(store, graphs=path)
             for store, path, current in graph_caches(data_dir, encoder, min_records) if not current}
     if with_features:
-        for store, path in training_feature_caches(data_dir):
+        for store, path in training_feature_caches(data_dir, target):
             if not path.exists():
                 jobs.setdefault(str(store.dir), CacheJob(store)).features = path
     return list(jobs.values())
@@ -47,7 +49,7 @@ def missing_caches(data_dir: Path, encoder: GraphEncoder, min_records: int, with
 def fill_training_caches(data_dir: Path, encoder: GraphEncoder, target: Any, min_records: int, with_features: bool,
                          workers: int | None = None, echo: Callable[[str], None] = print) -> int:
     """Write every missing cache, one process per core (`workers` caps them); returns the workloads replayed."""
-    jobs = missing_caches(data_dir, encoder, min_records, with_features)
+    jobs = missing_caches(data_dir, encoder, min_records, with_features, target)
     if not jobs:
         return 0
     both = sum(1 for job in jobs if job.graphs and job.features)

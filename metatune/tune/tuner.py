@@ -400,14 +400,19 @@ class TuningSetup:
     transfer: Any = None  # xgb-transfer's pretrained XGBModel (a TransferredXGB)
 
 
+def check_strategy(strategy: str) -> None:
+    """One line for an unknown strategy, before a run's folder or logs exist."""
+    if strategy not in STRATEGIES:
+        raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
 def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: Any = None,
             target: str | None = None, db_dir: Path | None = None) -> TuningSetup:
     """Validate the request (`db_dir`: the database must be this device's, `check_database_device`), then
     set up measurement and the strategy's checkpoint or pretrained model. xgb-transfer trains its
     model from this device's dataset unless `transfer` is given (slow: pass one when tuning many
     workloads)."""
-    if strategy not in STRATEGIES:
-        raise MetatuneError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    check_strategy(strategy)
     if trials < 1:
         raise MetatuneError("--trials must be >= 1")
 

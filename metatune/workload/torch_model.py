@@ -127,22 +127,23 @@ def _python_model(spec: str) -> "torch.nn.Module":
     code = importlib.util.module_from_spec(module_spec)
     # registered as an import would be: dataclasses (and pickle, typing) look a class's module up there
     sys.modules[name] = code
-    sys.path.insert(0, str(path.parent))
-    with _own_argv(path):  # a script parsing its arguments sees none, not metatune's
-        try:
-            module_spec.loader.exec_module(code)
-        except (Exception, SystemExit) as err:
-            del sys.modules[name]
-            raise MetatuneError(f"--model {spec}: running {file} {_raised(err)}") from None
-        finally:
-            sys.path.remove(str(path.parent))
-        factory = getattr(code, attr, None)
-        if not callable(factory):
-            raise MetatuneError(f"--model {spec}: {file} has no callable {attr!r}")
-        try:
-            network = factory()
-        except (Exception, SystemExit) as err:
-            raise MetatuneError(f"--model {spec}: {attr}() {_raised(err)}") from None
+    sys.path.insert(0, str(path.parent))  # until CALLABLE() returns: it may import neighbours lazily
+    try:
+        with _own_argv(path):  # a script parsing its arguments sees none, not metatune's
+            try:
+                module_spec.loader.exec_module(code)
+            except (Exception, SystemExit) as err:
+                del sys.modules[name]
+                raise MetatuneError(f"--model {spec}: running {file} {_raised(err)}") from None
+            factory = getattr(code, attr, None)
+            if not callable(factory):
+                raise MetatuneError(f"--model {spec}: {file} has no callable {attr!r}")
+            try:
+                network = factory()
+            except (Exception, SystemExit) as err:
+                raise MetatuneError(f"--model {spec}: {attr}() {_raised(err)}") from None
+    finally:
+        sys.path.remove(str(path.parent))
     if not isinstance(network, torch.nn.Module):
         raise MetatuneError(f"--model {spec}: {attr}() returned a {type(network).__name__}, not a torch.nn.Module")
     return network

@@ -33,7 +33,8 @@ def check_run(run_dir: Path, template_version: str | None = None) -> tuple[dict,
 
 
 def publish(run_dir: Path, root: Path | None = None, *, template_version: str | None = None) -> ZooEntry:
-    """Copy a training run into the zoo under the next free version and index it.
+    """Copy a training run into the zoo under the next free version and index it; the entry that
+    already holds the same weights for this device where there is one.
 
     The run is validated first (card fields, weights load with safetensors, template version
     equals the code's) so that a checkpoint that `verify` would reject never gets published.
@@ -54,6 +55,9 @@ def publish(run_dir: Path, root: Path | None = None, *, template_version: str | 
         digest = sha256(data)
         with index_lock(root):
             entries = read_index(root)
+            if same := next((e for e in entries if (e.device_id, e.sha256, e.template_version)
+                             == (fp.device_id, digest, card["template_version"])), None):
+                return same  # these weights are published already: a re-run publishes nothing twice
             taken = [e.number for e in entries if e.device_id == fp.device_id]
             taken += [version_number(p.name) for p in device_dir.iterdir() if VERSION_RE.match(p.name)]
             version = f"v{max(taken, default=0) + 1}"

@@ -111,6 +111,10 @@ def test_json_goes_to_a_file_whole_or_straight_into_a_pipe(tmp_path):
     write_json({"best": 3.5}, pipe)
     reader.join(timeout=10)
     assert json.loads(read[0]) == {"best": 3.5}
+    link = tmp_path / "stdout"  # as /dev/stdout is, when the shell redirects it into a file
+    link.symlink_to(tmp_path / "r.json")
+    write_json({"best": 4.5}, link)
+    assert link.is_symlink() and json.loads((tmp_path / "r.json").read_text()) == {"best": 4.5}
     check_json_out(Path("-"), dash_prints=True)
     with pytest.raises(MetatuneError, match="give a file name"):
         check_json_out(Path("-"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from metatune import MetatuneError
 from metatune.cost_model.xgb import new_xgb, record_task, xgb_predict
 from metatune.dataset.store import DatasetStore
 from metatune.fileio import REPO_ROOT
@@ -75,10 +76,13 @@ def test_features_extracted_once_or_by_workers_are_tvms_own(stores, target, tmp_
             assert all(np.array_equal(x[k], y[k]) for k in x.files)
 
 
-def test_pretraining_skips_a_workload_without_records_and_another_tvms_features(stores, tmp_path, monkeypatch):
+def test_pretraining_skips_a_workload_without_records_and_another_tvms_features(stores, tmp_path, monkeypatch,
+                                                                              target):
     """A workload sealed after every attempt failed has nothing to learn from (its features would not
-    concatenate); features cached by another TVM (its own PerStoreFeature) are extracted again."""
+    concatenate); features cached by another TVM (its own PerStoreFeature) or for another target (a
+    cross-device study replays a dataset for its own) are extracted again."""
     import tvm
+    from tvm.target import Target
 
     from metatune.cost_model.xgb_transfer import training_feature_caches
     from metatune.dataset.store import WorkloadStore
@@ -89,7 +93,26 @@ def test_pretraining_skips_a_workload_without_records_and_another_tvms_features(
     empty = WorkloadStore(tmp_path / "workloads" / "dense" / "empty", Workload.parse("dense:m=8,n=8,k=8"), "train")
     empty.seal()
     assert empty.sealed and empty.num_records == 0
-    caches = training_feature_caches(tmp_path)
+    caches = training_feature_caches(tmp_path, target)
     assert [store.num_records > 0 for store, _ in caches] == [True]
+    assert [path for _, path in training_feature_caches(tmp_path, target)] == [path for _, path in caches]
+    other = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    assert [path for _, path in training_feature_caches(tmp_path, other)] != [path for _, path in caches]
     monkeypatch.setattr(tvm, "__version__", "0.0.0-other")
-    assert [path for _, path in training_feature_caches(tmp_path)] != [path for _, path in caches]
+    assert [path for _, path in training_feature_caches(tmp_path, target)] != [path for _, path in caches]
+
+
+def test_a_dataset_of_another_device_is_not_this_devices(tmp_path, monkeypatch):
+    """$METATUNE_DATASET naming another device's measurements is refused for xgb-transfer (it learns the
+    device's own costs); a dataset of this device, or one without a card, is taken."""
+    from metatune.cost_model.xgb_transfer import DATASET_ENV, default_dataset_dir
+    from metatune.dataset.card import write_card
+
+    monkeypatch.delenv(DATASET_ENV, raising=False)
+    assert default_dataset_dir("x86_64-znver3-2c").name == "x86_64-znver3-2c"
+    monkeypatch.setenv(DATASET_ENV, str(tmp_path))
+    assert default_dataset_dir("x86_64-znver3-2c") == tmp_path  # no card
+    write_card(tmp_path, {"device": {"device_id": "x86_64-sapphirerapids-2c"}})
+    assert default_dataset_dir("x86_64-sapphirerapids-2c") == tmp_path
+    with pytest.raises(MetatuneError, match="holds measurements of x86_64-sapphirerapids-2c, not of the device"):
+        default_dataset_dir("x86_64-znver3-2c")

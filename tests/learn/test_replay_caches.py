@@ -41,12 +41,12 @@ def test_one_replay_fills_both_caches_as_their_own_fillers_do(target, tmp_path):
     linked_dataset(separate, chosen)
     encoder = GraphEncoder(Template.for_target(target))
 
-    jobs = missing_caches(combined, encoder, min_records=1, with_features=True)
+    jobs = missing_caches(combined, encoder, min_records=1, with_features=True, target=target)
     # the training workload lacks both caches; the held-out one only has loop graphs to make
     assert sorted((j.store.split == "train", j.graphs is not None, j.features is not None) for j in jobs) == [
         (False, True, False), (True, True, True)]
     assert fill_training_caches(combined, encoder, target, 1, True, workers=2, echo=lambda _: None) == 2
-    assert missing_caches(combined, encoder, min_records=1, with_features=True) == []
+    assert missing_caches(combined, encoder, min_records=1, with_features=True, target=target) == []
     assert fill_training_caches(combined, encoder, target, 1, True, echo=lambda _: None) == 0
 
     load_encoded(separate, encoder, workers=1)
@@ -58,5 +58,5 @@ def test_one_replay_fills_both_caches_as_their_own_fillers_do(target, tmp_path):
     assert same_features(features[0], combined / features[0].relative_to(separate))
 
     features[0].unlink()  # one cache gone: only it is made again
-    (job,) = missing_caches(separate, encoder, min_records=1, with_features=True)
+    (job,) = missing_caches(separate, encoder, min_records=1, with_features=True, target=target)
     assert job.graphs is None and job.features == features[0]

@@ -165,6 +165,17 @@ def test_a_model_file_may_define_dataclasses(tmp_path: Path) -> None:
     assert _python_model(f"{file}:build").out_features == 2
 
 
+def test_a_model_callable_may_import_its_neighbours(tmp_path: Path) -> None:
+    """CALLABLE() runs with the file's folder on sys.path, as the file itself does; not after."""
+    from metatune.workload.torch_model import _python_model
+
+    (tmp_path / "layers_of_mine.py").write_text("import torch\n\ndef head():\n    return torch.nn.Linear(3, 5)\n")
+    file = tmp_path / "lazy.py"
+    file.write_text("def build():\n    import layers_of_mine\n    return layers_of_mine.head()\n")
+    assert _python_model(f"{file}:build").out_features == 5
+    assert str(tmp_path) not in sys.path
+
+
 def test_onnx_model_tunes_exports_and_runs_in_a_fresh_process(tmp_path: Path) -> None:
     """The whole path a user takes: tune an ONNX file, check it against onnxruntime, export it,
     and load the library in another process, with metatune and with TVM alone."""
@@ -205,6 +216,8 @@ def test_onnx_model_tunes_exports_and_runs_in_a_fresh_process(tmp_path: Path) ->
 
     wrong = metatune("run", str(library), "--input-shape", "2,3,16,16", cwd=tmp_path)
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: ") and "Traceback" not in wrong.stderr
+    two = metatune("run", str(library), "--input-shape", "1,3,16,16", "--input-shape", "1,3,16,16", cwd=tmp_path)
+    assert two.returncode == 2 and "takes 1 input(s) (x)" in two.stderr and "Traceback" not in two.stderr
 
 
 def test_python_model_reference_is_built_from_its_spec_in_a_fresh_process() -> None:

@@ -229,6 +229,7 @@ def test_missing_zoo_suggests_train_zoo(tmp_path):
 def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
     res = tune("--workload", SMALL, "--strategy", "magic", "--db", str(tmp_path / "db"))
     assert res.returncode == 2 and "unknown strategy" in res.stderr
+    assert not (tmp_path / "db").exists()  # refused before the run folder and its logs are made
     res = tune("--workload", "conv2d:n=1,c=3,h=2,w=2,k=4,r=7,s=7,stride=1,pad=1")
     assert res.returncode == 2 and "larger than the padded input" in res.stderr
 

@@ -98,6 +98,17 @@ def test_publish_twice_gives_v1_v2_and_never_overwrites(tmp_path):
     assert (root / "x86_64-sapphirerapids-2c" / "v3" / "keep").read_text() == "mine"
 
 
+def test_publishing_the_same_weights_again_names_their_entry(tmp_path):
+    root = tmp_path / "zoo"
+    again = make_run(tmp_path, SPR, "a", seed=1)
+    first = zoo.publish(again, root)
+    assert zoo.publish(again, root) == first  # e.g. re-run after its --hf-repo upload failed
+    assert [e.id for e in zoo.read_index(root)] == [first.id]
+    assert sorted(p.name for p in (root / device_id(SPR)).iterdir()) == ["v1"]  # no staging left either
+    out = cli("zoo", "publish", again, "--zoo", root)
+    assert out.exit_code == 0 and f"already published as {first.id}" in out.output
+
+
 def test_zoo_card_and_readme(tmp_path):
     entry = zoo.publish(make_run(tmp_path, SPR), tmp_path / "zoo")
     card = json.loads((entry.directory / "card.json").read_text())
