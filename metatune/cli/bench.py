@@ -156,13 +156,10 @@ def check_modes(model: Optional[str], *, report_only: bool, references_only: boo
             raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --model benches only")
     if report_only:
         given = [name for name, on in (measuring_options or {}).items() if on]
-        given += ["--no-references"] if not references else []
         given += ["--reference-passes"] if reference_passes != REFERENCE_PASSES else []
         if given:
             raise MetatuneError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --report-only "
                                 "(it measures nothing; it takes every run in --out)")
-    if retime and not references:
-        raise MetatuneError("--no-references does not apply to --retime (it times the runs' kernels, not references)")
     if references_only and not references:
         raise MetatuneError("--references-only measures the references that --no-references turns off: give one")
     if rounds != DEFAULT_ROUNDS and not retime:

@@ -63,8 +63,9 @@ def tune(
                                     "--target's or the RPC server's); else a checkpoint path "
                                     "(weights file, run or zoo version directory) or a zoo id DEVICE_ID/vN."),
     db: Optional[Path] = typer.Option(None, help="MetaSchedule JSON database directory; re-running resumes. "
-                                      "Default: a folder under runs/tune/ named by strategy, workload and device, "
-                                      "keyed by target, runner, seed and checkpoint. It holds one device's records: "
+                                      "Default: a folder under runs/tune/ named by strategy, operator family (or model) and "
+                                      "device ('rpc' over RPC), keyed by the whole workload, target, runner, seed and "
+                                      "checkpoint. It holds one device's records: "
                                       "a run measuring on another device is refused."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),

@@ -11,7 +11,8 @@ app = typer.Typer(help="Operator families and named workload suites.", no_args_i
 
 @app.command("list")
 def workloads_list(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the operator families (parameter names, one example) and the suites."""
+    """List the operator families (parameter names, one example) and the built-in suites (`bench --suite`
+    also takes the suite files in bench/suites/ and your own)."""
     from metatune.workload.operators import FAMILIES, RESNET18_NAMES, SUITES, get_suite
 
     data = {

@@ -25,7 +25,7 @@ from metatune.bench.model_bench import model_table
 from metatune.bench.report import Run, markdown, write_csv
 from metatune.bench.suites import load_suite, suite_names
 from metatune.cli.bench import default_strategies as cli_default_strategies
-from metatune.cli.bench import report_budgets
+from metatune.cli.bench import DEFAULT_TRIALS_TOTAL, REFERENCE_PASSES, check_modes, report_budgets
 from metatune.dataset.store import DatasetStore
 from metatune.env.device import local_fingerprint
 from metatune.fileio import RECORD_FILE, REPO_ROOT
@@ -283,9 +283,8 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
     (("--retime", "--checkpoint", "x86_64-znver3-2c"), "--checkpoint does not apply to --retime (it tunes nothing)"),
     (("--references-only", "--trials-per-iter", "8"), "--trials-per-iter does not apply to --references-only"),
     (("--report-only", "--target", "llvm", "--no-references"),
-     "--target, --no-references do not apply to --report-only (it measures nothing"),
+     "--target does not apply to --report-only (it measures nothing"),
     (("--report-only", "--runner", "rpc://127.0.0.1:9190/cpu"), "--runner does not apply to --report-only"),
-    (("--retime", "--no-references"), "--no-references does not apply to --retime"),
     (("--trials-total", "200", "--input-shape", "1,3,8,8"), "--input-shape, --trials-total apply to --model benches"),
     (("--model", "tinycnn", "--trials-total", "0,4"), "--trials-total 0,4: each must be at least 1"),
     (("--suite", "."), "unknown suite '.'"),
@@ -293,6 +292,16 @@ def test_bad_suite_files_are_rejected(tmp_path, content, fragment):
 def test_bench_bad_input_is_one_line(tmp_path, args, fragment):
     proc = run_cli("bench", *args, "--out", str(tmp_path / "b"))
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["report_only", "retime"])
+def test_a_mode_takes_the_tuning_commands_no_references(mode):
+    """`--no-references` asks for nothing these modes would do, so the documented recipe (the tuning
+    command's arguments plus --retime or --report-only) is not refused for it."""
+    check_modes(None, report_only=mode == "report_only", references_only=False, retime=mode == "retime",
+                references=False, rounds=3, input_shape=None, trials_total=DEFAULT_TRIALS_TOTAL, replay_at=None,
+                reference_passes=REFERENCE_PASSES, budgets="16,32", tuning_options={"--strategies": mode == "retime"},
+                measuring_options={"--runner": False, "--target": False})
 
 
 def test_default_strategies_are_those_that_can_run_here(tmp_path, monkeypatch, small_dataset):
