@@ -11,16 +11,18 @@ app = typer.Typer(help="Operator families and named workload suites.", no_args_i
 
 @app.command("list")
 def workloads_list(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the operator families (parameter names, one example) and the built-in suites (`bench --suite`
-    also takes the suite files in bench/suites/ and your own)."""
-    from metatune.workload.operators import FAMILIES, RESNET18_NAMES, SUITES, get_suite
+    """List the operator families (parameter names, one example) and the suites `bench --suite` knows by
+    name (it also takes your own suite file), each workload under the name bench's tables give it."""
+    from metatune.bench.suites import load_suite, suite_names
+    from metatune.workload.operators import FAMILIES
 
     data = {
         "families": {
             name: {"params": list(f.params), "description": f.description, "example": f.example}
             for name, f in FAMILIES.items()
         },
-        "suites": {name: [str(w) for w in get_suite(name)] for name in SUITES},
+        # by the names bench gives them in its tables and --out folders
+        "suites": {suite: {b.name: str(b.workload) for b in load_suite(suite)} for suite in suite_names()},
     }
     if as_json:
         echo_json(data)
@@ -35,10 +37,10 @@ def workloads_list(as_json: bool = typer.Option(False, "--json", help="Print JSO
     for name, f in FAMILIES.items():
         table.add_row(name, ",".join(f.params), f.example)
     console.print(table)
-    for name in SUITES:
+    for name, workloads in data["suites"].items():
         suite = Table(title=f"Suite {name}")
         suite.add_column("name")
         suite.add_column("workload")
-        for i, w in enumerate(get_suite(name)):
-            suite.add_row(RESNET18_NAMES[i] if name == "resnet18" else str(i), str(w))
+        for short, text in workloads.items():
+            suite.add_row(short, text)
         console.print(suite)

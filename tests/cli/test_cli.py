@@ -25,12 +25,14 @@ def test_workloads_list_json():
         "batch_matmul",
     }
     assert data["families"]["conv2d"]["params"] == ["n", "c", "h", "w", "k", "r", "s", "stride", "pad"]
-    assert len(data["suites"]["resnet18"]) == 13 and len(data["suites"]["quick"]) == 3
+    assert len(data["suites"]["resnet18"]) == 13 and data["suites"]["resnet18"]["C6"].startswith("conv2d:")
+    assert list(data["suites"]["quick"]) == ["dense", "conv2d", "depthwise_conv2d"]  # bench's names
+    assert {"other-networks", "search-validation"} <= set(data["suites"])
 
 
 def test_workloads_list_table_shows_families_and_suites():
     out = run("workloads", "list").stdout
-    for name in ("conv1d_transpose", "batch_matmul", "resnet18", "quick"):
+    for name in ("conv1d_transpose", "batch_matmul", "resnet18", "quick", "search-validation", "depthwise_conv2d"):
         assert name in out
 
 
