@@ -29,7 +29,8 @@ _held: set[Path] = set()  # directories this process holds (`hold_directory`)
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that readers, and a crash, see the old file or the new one,
-    never a mix: write a unique temp file next to it, fsync it, and rename it over `path`."""
+    never a mix: write a unique temp file next to it, fsync it, and rename it over `path` (the folder
+    synced too, so that the rename itself survives a power cut)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode as open() gives it
@@ -43,6 +44,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync a directory's entries; where the platform or file system cannot (Windows, some network
+    file systems), the rename is still atomic, only not yet durable."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def cut_torn_line(path: Path) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 
 import pytest
 
-from metatune.fileio import LOCK_FILE, REPO_ROOT, DirectoryInUse, cut_torn_line, hold_directory
+from metatune.fileio import LOCK_FILE, REPO_ROOT, DirectoryInUse, cut_torn_line, hold_directory, write_atomic
 
 
 @pytest.mark.parametrize("content, kept", [
@@ -24,6 +25,21 @@ def test_cut_torn_line_keeps_the_complete_lines(tmp_path, content, kept):
     path.write_bytes(content)
     assert cut_torn_line(path) == len(content) - len(kept)
     assert path.read_bytes() == kept
+
+
+def test_write_atomic_syncs_the_file_then_the_rename(tmp_path, monkeypatch):
+    synced: list[bool] = []  # whether each fsync was of a directory
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    (tmp_path / "card.json").write_bytes(b"old")
+    write_atomic(tmp_path / "card.json", b"new")
+    assert synced == [False, True]
+    assert [p.name for p in tmp_path.iterdir()] == ["card.json"] and (tmp_path / "card.json").read_bytes() == b"new"
 
 
 def holder(directory) -> subprocess.Popen:
