@@ -18,13 +18,14 @@ from metatune.space.knob_space import (
     TILE,
     Candidate,
     Config,
+    DesignSpaces,
     KnobSpace,
     SearchSpace,
     error_tail,
     is_factor_move,
     perfect_tilings,
 )
-from metatune.workload.operators import FAMILIES
+from metatune.workload.operators import FAMILIES, Workload
 from tests.conftest import SMALL_SHAPES
 from tests.conftest import local_target as target
 from tests.conftest import small_search_space as search_space
@@ -46,6 +47,15 @@ def target_of(device: str) -> tvm.target.Target:
 
 def test_small_shapes_cover_every_family():
     assert set(SMALL) == set(FAMILIES)
+
+
+def test_design_spaces_are_the_same_in_every_generation():
+    """TVM samples while it generates the spaces (winograd's input tile: computed at a sampled location or
+    inlined, a different space); generated twice, they must be the same, decisions included, or a
+    configuration recorded in one process would mean another schedule in the next."""
+    workload = Workload.parse(SMALL_SHAPES["conv2d_winograd"])
+    first, second = (DesignSpaces(workload, target()) for _ in range(2))
+    assert [str(s.trace) for s in first.spaces] == [str(s.trace) for s in second.spaces]
 
 
 def test_perfect_tilings_match_brute_force():
