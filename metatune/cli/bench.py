@@ -126,7 +126,7 @@ def bench(
 def check_modes(model: Optional[str], *, report_only: bool, references_only: bool, retime: bool, references: bool,
                 rounds: int, input_shape: Optional[list[str]], trials_total: str, replay_at: Optional[str],
                 reference_passes: int, budgets: Optional[str], tuning_options: dict[str, bool],
-                measuring_options: dict[str, bool] | None = None) -> None:
+                measuring_options: dict[str, bool]) -> None:
     """One line, before anything runs, for options that contradict each other or that the chosen mode
     would ignore (a user who passes one expects it to change something). `tuning_options`: whether each
     option that only tuning (and, for --strategies and --repeats, --retime) reads was given;
@@ -155,7 +155,7 @@ def check_modes(model: Optional[str], *, report_only: bool, references_only: boo
         if given := [name for name, on in model_only.items() if on]:
             raise MetatuneError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --model benches only")
     if report_only:
-        given = [name for name, on in (measuring_options or {}).items() if on]
+        given = [name for name, on in measuring_options.items() if on]
         given += ["--reference-passes"] if reference_passes != REFERENCE_PASSES else []
         if given:
             raise MetatuneError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --report-only "
