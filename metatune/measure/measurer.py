@@ -148,7 +148,10 @@ class Measurer:
         self.settings = dataclasses.replace(settings, num_threads=threads)
         self.builder = kept_pool_builder(self.settings.build_workers or usable_cores(), self.settings.build_timeout_s,
                                          build_without_intrinsics)
-        with uninterrupted():  # the runner's pool waits for the worker it starts: a stop waits for it too, then ends it
+        # the runner's pool waits for the worker it starts: a stop waits for it too, then ends it;
+        # the build workers start meanwhile (each imports TVM: seconds of every run's start)
+        with uninterrupted():
+            self.builder.start()
             self.runner = runner or LocalRunner(
                 timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config(),
                 f_alloc_argument=alloc_local,

@@ -66,12 +66,14 @@ def test_a_timeout_reads_as_local_builders_and_the_killed_worker_is_replaced(bui
         builder.shutdown()
 
 
-def test_closing_a_measurer_ends_its_build_workers(target, build_inputs):
-    measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1))
+def test_a_measurer_starts_its_build_workers_ahead_and_closing_it_ends_them(target, build_inputs):
+    before = build_workers()
+    measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, build_workers=2))
     try:
-        before = build_workers()  # the runner's worker, started with the measurer
-        measurer.builder.build(build_inputs[:2])
-        assert build_workers() - before
+        started = build_workers() - before
+        assert len(started) == 1 + 2  # the runner's worker and both build workers, before any build
+        assert all(r.error_msg is None for r in measurer.builder.build(build_inputs[:2]))
+        assert build_workers() - before == started  # the builds ran on the workers started ahead
     finally:
         measurer.close()
     assert build_workers() - before == set()
