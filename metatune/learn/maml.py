@@ -99,19 +99,26 @@ def standardize_by(y: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return (y - reference.mean()) / torch.clamp(std, min=1e-6)
 
 
-def pairwise_rank_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """AutoTVM §3.2: logistic loss on every ordered pair with different labels.
+def pairwise_rank_loss(pred: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """AutoTVM §3.2: logistic loss on every ordered pair with different labels (and, given `weight`,
+    between two samples of weight 1: padding has weight 0).
 
     Pairs are weighted rather than selected so the shapes stay fixed under `vmap`.
     """
     sign = torch.sign(y[:, None] - y[None, :])
-    pair = sign.abs()
+    pair = sign.abs() if weight is None else sign.abs() * weight[:, None] * weight[None, :]
     losses = torch.nn.functional.softplus(-sign * (pred[:, None] - pred[None, :]))
     return (losses * pair).sum() / pair.sum().clamp(min=1.0)
 
 
-def task_loss(pred: torch.Tensor, y: torch.Tensor, rank: bool) -> torch.Tensor:
-    return pairwise_rank_loss(pred, y) if rank else torch.mean((pred - y) ** 2)
+def task_loss(pred: torch.Tensor, y: torch.Tensor, rank: bool, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """MSE or pairwise rank loss; `weight` (1 per sample, 0 per padding) lets tasks of different sizes
+    be padded to one shape for `vmap` and still count only their own samples."""
+    if rank:
+        return pairwise_rank_loss(pred, y, weight)
+    if weight is None:
+        return torch.mean((pred - y) ** 2)
+    return (weight * (pred - y) ** 2).sum() / weight.sum()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,21 +267,26 @@ def embed_all(model: CostModel, builder: GraphBuilder, w: EncodedWorkload, batch
 
 
 def _head_task_batch(model, params, embeddings, tasks, config: MAMLConfig, rng) -> torch.Tensor:
-    """All tasks at once: vmap the inner loop and query loss over stacked task tensors."""
-    hs, ys, hq, yq = [], [], [], []
+    """All tasks at once: vmap the inner loop and query loss over stacked task tensors. A task with
+    fewer than `q_query` query samples is padded to that many with weight 0, so that each task's
+    loss is the one `_full_task_loss` computes (its own samples, each once)."""
+    hs, ys, hq, yq, wq = [], [], [], [], []
     for h, w in zip(embeddings, tasks):
         s, q = _sample_task(w, config.k_support, config.q_query, rng)
-        q = q if len(q) == config.q_query else torch.cat([q, q[torch.randint(len(q), (config.q_query - len(q),))]])
-        hs.append(h[s]); hq.append(h[q])
+        weight = torch.ones(config.q_query)
+        weight[len(q):] = 0.0
+        q = torch.cat([q, q.new_full((config.q_query - len(q),), int(q[0]))])
+        hs.append(h[s]); hq.append(h[q]); wq.append(weight)
         ys.append(standardize_by(w.log_thr[s], w.log_thr[s])); yq.append(standardize_by(w.log_thr[q], w.log_thr[s]))
     head_params = {n[len("head."):]: p for n, p in params.items()}
 
-    def query_loss(h_s, y_s, h_q, y_q):
+    def query_loss(h_s, y_s, h_q, y_q, w_q):
         adapted = adapt(model, head_params, (h_s,), y_s, config.inner_lr, config.inner_steps,
                         create_graph=not config.first_order, module=model.head)
-        return task_loss(functional_call(model.head, adapted, (h_q,)), y_q, model.config.rank_scores)
+        return task_loss(functional_call(model.head, adapted, (h_q,)), y_q, model.config.rank_scores, w_q)
 
-    return vmap(query_loss)(torch.stack(hs), torch.stack(ys), torch.stack(hq), torch.stack(yq)).mean()
+    stacked = (torch.stack(hs), torch.stack(ys), torch.stack(hq), torch.stack(yq), torch.stack(wq))
+    return vmap(query_loss)(*stacked).mean()
 
 
 def _full_task_loss(model, builder: GraphBuilder, params, w: EncodedWorkload, config: MAMLConfig, rng) -> torch.Tensor:

@@ -162,3 +162,22 @@ def test_evaluation_leaves_out_what_cannot_predict_and_stops_at_a_diverged_model
     assert list(half_known.metrics["xgb-like"]) == ["8"]  # no row at k = 0, where it has nothing to learn from
     with pytest.raises(ValueError, match="non-finite scores for w at k = 0"):
         evaluate([w], {"diverged": lambda t, s, q, seed: np.where(np.arange(len(q)) == 0, np.inf, 1.0)}, config)
+
+
+@pytest.mark.parametrize("rank_loss", [False, True])
+@pytest.mark.parametrize("graphs", [20, 64])  # 20: fewer than k_support + q_query, so the query set is short
+def test_both_meta_training_paths_give_a_task_the_same_loss(template, rank_loss, graphs):
+    """With the embedding frozen, MAML adapts the head on stacked tasks under `vmap`, where a short query
+    set must be padded: the padding counts for nothing, so a task's loss is what the unstacked path gives."""
+    from metatune.learn.maml import _full_task_loss, _head_task_batch, embed_all
+
+    rng = np.random.default_rng(0)
+    workload = synthetic_workload(template, "w", np.array([1.0, 0.5]), rng, graphs=graphs)
+    builder = GraphBuilder(template, "supergraph", FeatureStats.fit([workload]))
+    model = small_model(builder, template, rank_scores=rank_loss).eval()
+    config = MAMLConfig(k_support=8, q_query=32, inner_lr=0.3, inner_steps=3, freeze_embedding=True)
+    head = {name: p for name, p in model.named_parameters() if name.startswith("head.")}
+    stacked = _head_task_batch(model, head, [embed_all(model, builder, workload)], [workload], config,
+                               np.random.default_rng(1))
+    alone = _full_task_loss(model, builder, head, workload, config, np.random.default_rng(1))
+    assert torch.allclose(stacked, alone, rtol=1e-4, atol=1e-6), (float(stacked), float(alone))
