@@ -273,8 +273,7 @@ def _head_task_batch(model, params, embeddings, tasks, config: MAMLConfig, rng) 
     hs, ys, hq, yq, wq = [], [], [], [], []
     for h, w in zip(embeddings, tasks):
         s, q = _sample_task(w, config.k_support, config.q_query, rng)
-        weight = torch.ones(config.q_query)
-        weight[len(q):] = 0.0
+        weight = (torch.arange(config.q_query) < len(q)).float()
         q = torch.cat([q, q.new_full((config.q_query - len(q),), int(q[0]))])
         hs.append(h[s]); hq.append(h[q]); wq.append(weight)
         ys.append(standardize_by(w.log_thr[s], w.log_thr[s])); yq.append(standardize_by(w.log_thr[q], w.log_thr[s]))
