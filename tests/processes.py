@@ -182,6 +182,13 @@ def group_members(pgid: int) -> list[str]:
     return members
 
 
+def tvm_workers() -> set[int]:
+    """The pids of this process's TVM worker processes (build and run pools: `tvm.exec.popen_worker`)."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True) if "tvm.exec.popen_worker" in p.cmdline()}
+
+
 def json_lines(path: Path) -> list:
     """Every line of a JSON-lines file, parsed (fails on a line that is not JSON)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -152,10 +152,14 @@ class Measurer:
         # the build workers start meanwhile (each imports TVM: seconds of every run's start)
         with uninterrupted():
             self.builder.start()
-            self.runner = runner or LocalRunner(
-                timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config(),
-                f_alloc_argument=alloc_local,
-            )
+            try:
+                self.runner = runner or LocalRunner(
+                    timeout_sec=self.settings.run_timeout_s, evaluator_config=self.settings.evaluator_config(),
+                    f_alloc_argument=alloc_local,
+                )
+            except BaseException:
+                self.builder.shutdown()
+                raise
         self.device_type = device_type(target)
         self._check: ReferenceCheck | None = None
         self.timings = {"build_s": 0.0, "verify_s": 0.0, "run_s": 0.0}

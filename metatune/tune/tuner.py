@@ -24,7 +24,7 @@ Strategies (all share TVM's builder, runner and JSON database, so results compar
 The database directory makes a run resumable: trials already recorded for the workload
 count towards `--trials`. The best schedule is checked against NumPy before it is reported.
 One run at a time writes a database (`exclusive_database`); Ctrl-C or SIGTERM ends the tuning
-loop at the next batch boundary without writing the batch in flight (`tuning_loop`), so that a
+loop at the next batch boundary without writing the batch in flight (`tuning_run`), so that a
 re-run of the same command resumes.
 """
 
@@ -239,18 +239,6 @@ def measure_callbacks() -> list[Any]:
     return [stop, *ms.measure_callback.MeasureCallback.create("default")]
 
 
-@contextmanager
-def tuning_loop(measurer: Measurer) -> Iterator[None]:
-    """Around `ms.tune_tir` / `ms.tune_tasks` (with `measure_callbacks()`): the whole of TVM's loop is
-    `uninterrupted`, so that a stop request ends it at the next batch boundary, not in the middle of
-    TVM's C++; the measurer's worker processes end with the loop."""
-    try:
-        with uninterrupted():
-            yield
-    finally:
-        measurer.close()
-
-
 @dataclass
 class TuningRun:
     """What TVM's loop of one tuning run is given (its JSON database, the cost model, the measure
@@ -273,7 +261,8 @@ def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: li
     database's records of `cold_tasks` (`(IRModule, task name)`: those
     whose search strategy does not hand them over itself, `warms_cost_model`); `report` (see
     `progress_callback`, `measured` per task) starts from the bests already found; the loop is
-    `tuning_loop` (stops at a batch boundary, ends the measurer's workers) and profiled."""
+    profiled and `uninterrupted` as a whole, so that a stop request ends it at the next batch boundary
+    (`measure_callbacks`), not in the middle of TVM's C++. The caller ends the measurer's workers."""
     from tvm.s_tir import meta_schedule as ms
 
     claim_database(db_dir, setup.fingerprint)
@@ -287,7 +276,7 @@ def tuning_run(setup: TuningSetup, db_dir: Path, cost_model: Any, cold_tasks: li
     if watch is not None:
         callbacks.append(watch.callback())
     run = TuningRun(database, cost_model, callbacks, watch)
-    with tuning_loop(setup.measurer), ms.Profiler() as profiler:
+    with uninterrupted(), ms.Profiler() as profiler:
         yield run
     run.profile = {k: float(v) for k, v in profiler.get().items()}
 
@@ -423,10 +412,15 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     tvm_target = fingerprint.tvm_target()
     import_tensor_intrinsics(tvm_target)
     setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
-    if strategy in CHECKPOINT_STRATEGIES:
-        setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
-    elif strategy == "xgb-transfer":
-        setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
+    try:  # the measurer's workers start first, so that they import TVM while the checkpoint loads
+        if strategy in CHECKPOINT_STRATEGIES:
+            setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
+        elif strategy == "xgb-transfer":
+            setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id),
+                                                                     tvm_target)
+    except BaseException:
+        setup.measurer.close()
+        raise
     return setup
 
 
@@ -472,7 +466,6 @@ def check_covered(workload: Workload, tvm_target: Any, setup: TuningSetup, strat
     encoder = GraphEncoder(setup.trained.builder.template)
     reason = spaces_uncovered_reason(lambda: DesignSpaces(workload, tvm_target), encoder)
     if reason is not None:
-        setup.measurer.close()
         raise MetatuneError(f"{workload}: the {strategy} strategy's cost model cannot encode its programs ({reason}); "
                             "tune it with --strategy xgb (TVM's default)")
 
@@ -491,33 +484,33 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target, db_dir)
     tvm_target, measurer = setup.target, setup.measurer
-    DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
-    mod = workload.irmodule()
-    measured = measured_latencies(db_dir, mod)
-    done = len(measured)
-    remaining = trials - done
-    if setup.trained is not None and remaining > 0:  # a finished run is only checked and reported
-        check_covered(workload, tvm_target, setup, strategy)
-    start = time.perf_counter()
-    seed = resumed_seed(seed, done)
-    cost_model, search = strategy_parts(strategy, setup, seed)
-    profile: dict[str, float] = {}
-    watch = None
-    if remaining > 0:
-        cold = [] if warms_cost_model(search) else [(mod, "main")]
-        report_best = None if report is None else \
-            (lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0))
-        detach_unnamed_meta_schedule_log_handlers()
-        set_meta_schedule_console(verbose)
-        with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, [measured], report_best) as run:
-            ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
-                        num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
-                        runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
-                        measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
-        profile, watch, cost_model = run.profile, run.watch, run.cost_model
+    with measurer:  # its workers end when measuring is over (or fails), before the best kernel is checked
+        DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
+        mod = workload.irmodule()
+        measured = measured_latencies(db_dir, mod)
+        done = len(measured)
+        remaining = trials - done
+        if setup.trained is not None and remaining > 0:  # a finished run is only checked and reported
+            check_covered(workload, tvm_target, setup, strategy)
+        start = time.perf_counter()
+        seed = resumed_seed(seed, done)
+        cost_model, search = strategy_parts(strategy, setup, seed)
+        profile: dict[str, float] = {}
+        watch = None
+        if remaining > 0:
+            cold = [] if warms_cost_model(search) else [(mod, "main")]
+            report_best = None if report is None else \
+                (lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0))
+            detach_unnamed_meta_schedule_log_handlers()
+            set_meta_schedule_console(verbose)
+            with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, [measured], report_best) as run:
+                ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
+                            num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
+                            runner=measurer.runner, database=run.database, cost_model=run.cost_model,
+                            strategy=search, measure_callbacks=run.callbacks, seed=seed,
+                            num_tuning_cores=search_threads())
+            profile, watch, cost_model = run.profile, run.watch, run.cost_model
     wall = time.perf_counter() - start
-    if remaining <= 0:
-        measurer.close()  # nothing was measured: end its workers now (tuning_run does after a run)
     # A kernel is checked where it can run: here, or on the RPC device whose instructions this machine lacks.
     check = check_schedule if getattr(measurer.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
     lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [], check)

@@ -1,6 +1,5 @@
 """The kept-pool builder: TVM's LocalBuilder results, with the same workers from batch to batch."""
 
-import psutil
 import pytest
 
 from metatune.measure.builder import kept_pool_builder
@@ -8,10 +7,7 @@ from metatune.measure.measurer import Measurer, MeasureSettings, build_without_i
 from metatune.space.knob_space import DesignSpaces
 from metatune.workload.operators import Workload
 from tests.conftest import SMALL_SHAPES
-
-
-def build_workers() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if "tvm.exec.popen_worker" in p.cmdline()}
+from tests.processes import tvm_workers
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +22,22 @@ def build_inputs(target):
 def test_workers_outlive_a_batch_until_their_builds_are_used_up(build_inputs):
     import tvm
 
-    before = build_workers()
+    before = tvm_workers()
     builder = kept_pool_builder(1, 30.0, build_without_intrinsics, max_builds_per_worker=4)
     try:
         first = builder.build(build_inputs)  # builds 1-3
-        worker = build_workers() - before
+        worker = tvm_workers() - before
         assert len(worker) == 1
         second = builder.build(build_inputs[:1])  # build 4: the same worker
-        assert build_workers() - before == worker
+        assert tvm_workers() - before == worker
         third = builder.build(build_inputs[:1])  # build 5: a new worker
-        assert len(build_workers() - before) == 1 and build_workers() - before != worker
+        assert len(tvm_workers() - before) == 1 and tvm_workers() - before != worker
         for result in first + second + third:
             assert result.error_msg is None
             assert tvm.runtime.load_module(result.artifact_path)  # an exported library, as LocalBuilder's
     finally:
         builder.shutdown()
-    assert build_workers() - before == set()
+    assert tvm_workers() - before == set()
 
 
 def test_a_timeout_reads_as_local_builders_and_the_killed_worker_is_replaced(build_inputs, tmp_path):
@@ -67,13 +63,13 @@ def test_a_timeout_reads_as_local_builders_and_the_killed_worker_is_replaced(bui
 
 
 def test_a_measurer_starts_its_build_workers_ahead_and_closing_it_ends_them(target, build_inputs):
-    before = build_workers()
+    before = tvm_workers()
     measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, build_workers=2))
     try:
-        started = build_workers() - before
+        started = tvm_workers() - before
         assert len(started) == 1 + 2  # the runner's worker and both build workers, before any build
         assert all(r.error_msg is None for r in measurer.builder.build(build_inputs[:2]))
-        assert build_workers() - before == started  # the builds ran on the workers started ahead
+        assert tvm_workers() - before == started  # the builds ran on the workers started ahead
     finally:
         measurer.close()
-    assert build_workers() - before == set()
+    assert tvm_workers() - before == set()

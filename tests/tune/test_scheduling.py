@@ -65,7 +65,8 @@ def tune(tasks, target, db_dir, stop_at_first: bool) -> dict:
     from metatune.env.plugin import BUILDER, MEASURE_CALLBACK, plugin_class
     from metatune.measure.measurer import Measurer
     from metatune.tune.scheduling import gradient_scheduler
-    from metatune.tune.tuner import measure_callbacks, tuning_loop
+    from metatune.env.interrupt import uninterrupted
+    from metatune.tune.tuner import measure_callbacks
     from metatune.workload.relax_tasks import task_context
 
     measurer = Measurer(target)
@@ -76,7 +77,7 @@ def tune(tasks, target, db_dir, stop_at_first: bool) -> dict:
     database = ms.database.JSONDatabase(work_dir=str(db_dir))
     stopped = None
     try:
-        with tuning_loop(measurer):
+        with measurer, uninterrupted():
             ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
                           max_trials_global=TRIALS_PER_TASK * len(tasks), num_trials_per_iter=TRIALS_PER_TASK,
                           builder=builder, runner=measurer.runner, database=database, cost_model="random",

@@ -10,7 +10,7 @@ import pytest
 from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workload.operators import Workload
-from tests.processes import run_metatune
+from tests.processes import run_metatune, tvm_workers
 
 SMALL = "dense:m=64,n=64,k=64"
 ZOO = REPO_ROOT / "zoo"
@@ -224,6 +224,26 @@ def test_missing_zoo_suggests_train_zoo(tmp_path):
                env={"METATUNE_ZOO": str(tmp_path / "nozoo")})
     assert res.returncode == 2
     assert "make train-zoo" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("refused", ["no zoo", "uncovered workload"])
+def test_a_run_refused_after_its_workers_started_ends_them(tmp_path, monkeypatch, refused):
+    """The measurer's workers start before the checkpoint loads (missing here: refused inside `prepare`) and
+    before the workload is checked against it (refused after `prepare`); either refusal ends them at once.
+    Left to garbage collection, TVM's pool could be collected on one of its own threads, whose join of
+    itself printed a traceback under the one-line error."""
+    from metatune import MetatuneError
+    from metatune.tune.tuner import tune_workload
+
+    workload = SMALL
+    if refused == "no zoo":
+        monkeypatch.setenv("METATUNE_ZOO", str(tmp_path / "nozoo"))
+    else:
+        workload = "dense:m=1,n=1,k=1"
+    before = tvm_workers()
+    with pytest.raises(MetatuneError, match="make train-zoo" if refused == "no zoo" else "cannot encode"):
+        tune_workload(Workload.parse(workload), 4, "metatune", tmp_path / "db")
+    assert tvm_workers() - before == set()
 
 
 def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
