@@ -113,6 +113,10 @@ class MeasureSettings:
     verify: bool = True
     rtol: float = DEFAULT_RTOL
 
+    def with_threads_in_force(self) -> "MeasureSettings":
+        """These settings with the kernel threads set for TVM in this process and its workers (`use_threads`)."""
+        return dataclasses.replace(self, num_threads=use_threads(self.num_threads or usable_cores()))
+
     def evaluator_config(self) -> Any:
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
@@ -143,9 +147,7 @@ class Measurer:
         from tvm.s_tir.meta_schedule.runner import LocalRunner
 
         self.target = target
-        settings = settings or MeasureSettings()
-        threads = use_threads(settings.num_threads or usable_cores())
-        self.settings = dataclasses.replace(settings, num_threads=threads)
+        self.settings = (settings or MeasureSettings()).with_threads_in_force()
         self.builder = kept_pool_builder(self.settings.build_workers or usable_cores(), self.settings.build_timeout_s,
                                          build_without_intrinsics)
         # the runner's pool waits for the worker it starts: a stop waits for it too, then ends it;

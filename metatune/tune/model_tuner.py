@@ -265,49 +265,48 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     source = imported.model.source
     setup = prepare(strategy, trials, checkpoint, runner, target=target, db_dir=db_dir)
     tvm_target = setup.target
-    with setup.measurer:  # its workers end when measuring is over (or fails), before the model is compiled
-        tasks = extract_tasks(imported.mod, tvm_target)
-        uncovered = task_coverage(tasks, tvm_target)
-        db_dir.mkdir(parents=True, exist_ok=True)
-        measured = [measured_latencies(db_dir, t.dispatched[0]) for t in tasks]
-        done = sum(len(m) for m in measured)
-        remaining = trials - done
-        seed = resumed_seed(seed, done)
-        cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, db_dir)
-        notes = setup.notes + imported.model.notes + notes
-        profile: dict[str, float] = {}
-        watch = None
-        tune_start = time.perf_counter()
-        if remaining > 0:
-            cold = [(t.dispatched[0], t.task_name) for t, search in zip(tasks, searches)
-                    if not warms_cost_model(search)]
-            # The gradient scheduler first gives each task one batch in turn: small enough batches
-            # let every task get a schedule within the budget.
-            per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
-            if per_iter < trials_per_iter:
-                notes.append(f"batches of {per_iter} (not {trials_per_iter}) so that all {len(tasks)} tasks "
-                             f"get measured within {remaining} trials")
-            status = _status(tasks)
-            report_status = None if report is None else (lambda n, total, best: report(n, total, status(best)))
-            scheduler, builder = gradient_scheduler(setup.measurer.builder, len(tasks), seed)
-            with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, measured, report_status) as run:
-                ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
-                              task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
-                              max_trials_global=remaining, num_trials_per_iter=per_iter,
-                              builder=builder, runner=setup.measurer.runner,
-                              database=run.database, cost_model=run.cost_model,
-                              measure_callbacks=run.callbacks, task_scheduler=scheduler)
-            profile, watch = run.profile, run.watch
-            for task, why in (run.cost_model.demoted if strategy == "metatune" else {}).items():
-                tuners[task], uncovered[task] = "metatune-xgb-prior", why
-                notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went "
-                             "on with XGBModel as its prior, trained on all the task's measurements")
-        tune_s = time.perf_counter() - tune_start
+    tasks = extract_tasks(imported.mod, tvm_target)
+    uncovered = task_coverage(tasks, tvm_target)
+    db_dir.mkdir(parents=True, exist_ok=True)
+    measured = [measured_latencies(db_dir, t.dispatched[0]) for t in tasks]
+    done = sum(len(m) for m in measured)
+    remaining = trials - done
+    seed = resumed_seed(seed, done)
+    cost_model, searches, tuners, notes = _plan(strategy, setup, tasks, uncovered, db_dir)
+    notes = setup.notes + imported.model.notes + notes
+    profile: dict[str, float] = {}
+    watch = None
+    tune_start = time.perf_counter()
+    if remaining > 0:
+        cold = [(t.dispatched[0], t.task_name) for t, search in zip(tasks, searches) if not warms_cost_model(search)]
+        # The gradient scheduler first gives each task one batch in turn: small enough batches
+        # let every task get a schedule within the budget.
+        per_iter = max(1, min(trials_per_iter, remaining // len(tasks)))
+        if per_iter < trials_per_iter:
+            notes.append(f"batches of {per_iter} (not {trials_per_iter}) so that all {len(tasks)} tasks "
+                         f"get measured within {remaining} trials")
+        status = _status(tasks)
+        report_status = None if report is None else (lambda n, total, best: report(n, total, status(best)))
+        with setup.measurer() as measurer, \
+                tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, measured, report_status) as run:
+            scheduler, builder = gradient_scheduler(measurer.builder, len(tasks), seed)
+            ms.tune_tasks(tasks=_contexts(tasks, tvm_target, searches, db_dir, seed, verbose),
+                          task_weights=[float(t.weight) for t in tasks], work_dir=str(db_dir),
+                          max_trials_global=remaining, num_trials_per_iter=per_iter,
+                          builder=builder, runner=measurer.runner,
+                          database=run.database, cost_model=run.cost_model,
+                          measure_callbacks=run.callbacks, task_scheduler=scheduler)
+        profile, watch = run.profile, run.watch
+        for task, why in (run.cost_model.demoted if strategy == "metatune" else {}).items():
+            tuners[task], uncovered[task] = "metatune-xgb-prior", why
+            notes.append(f"task {task}: metatune's cost model failed on it during tuning ({why}); BatchBO went on "
+                         "with XGBModel as its prior, trained on all the task's measurements")
     if watch is not None and (note := watch.note()):
         notes.append(note)
+    tune_s = time.perf_counter() - tune_start
     for task in tasks:
         notes += set_aside_broken_timings(db_dir, task.dispatched[0], task.task_name)
-    threads = setup.measurer.settings.num_threads
+    threads = setup.settings.num_threads
     set_aside: set[str] = set()
     while True:
         try:

@@ -377,16 +377,22 @@ def exclusive_database(tune: Callable[P, R]) -> Callable[P, R]:
 
 @dataclass
 class TuningSetup:
-    """What every tuning run needs: the target, TVM's builder and runner (the Measurer), and
-    for the `metatune` strategy the resolved checkpoint."""
+    """What every tuning run needs: the target, how candidates are measured (`runner`: None for the local
+    one), and for the `metatune` strategy the resolved checkpoint."""
 
     target: Any
     fingerprint: Any
-    measurer: Any
+    settings: MeasureSettings
+    runner: Any
     trained: Any = None
     checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
     transfer: Any = None  # xgb-transfer's pretrained XGBModel (a TransferredXGB)
+
+    def measurer(self) -> Measurer:
+        """TVM's builder and runner, their worker processes started (seconds: each imports TVM), so only
+        for a run with trials left to measure; use it as a `with` block, which ends them."""
+        return Measurer(self.target, self.settings, runner=self.runner)
 
 
 def check_strategy(strategy: str) -> None:
@@ -405,22 +411,17 @@ def prepare(strategy: str, trials: int, checkpoint: str, runner: str, transfer: 
     if trials < 1:
         raise MetatuneError("--trials must be >= 1")
 
-    settings = MeasureSettings(verify=False)
+    settings = MeasureSettings(verify=False).with_threads_in_force()
     runner_obj, fingerprint = make_runner(runner, settings, target)
     if db_dir is not None:
         check_database_device(db_dir, fingerprint)
     tvm_target = fingerprint.tvm_target()
     import_tensor_intrinsics(tvm_target)
-    setup = TuningSetup(tvm_target, fingerprint, Measurer(tvm_target, settings, runner=runner_obj))
-    try:  # the measurer's workers start first, so that they import TVM while the checkpoint loads
-        if strategy in CHECKPOINT_STRATEGIES:
-            setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
-        elif strategy == "xgb-transfer":
-            setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id),
-                                                                     tvm_target)
-    except BaseException:
-        setup.measurer.close()
-        raise
+    setup = TuningSetup(tvm_target, fingerprint, settings, runner_obj)
+    if strategy in CHECKPOINT_STRATEGIES:
+        setup.trained, setup.checkpoint, setup.notes = resolve_checkpoint(checkpoint, fingerprint)
+    elif strategy == "xgb-transfer":
+        setup.transfer = transfer or TransferredXGB.from_dataset(default_dataset_dir(fingerprint.device_id), tvm_target)
     return setup
 
 
@@ -483,36 +484,35 @@ def tune_workload(workload: Workload, trials: int, strategy: str, db_dir: Path, 
     from tvm.s_tir import meta_schedule as ms
 
     setup = prepare(strategy, trials, checkpoint, runner, transfer, target, db_dir)
-    tvm_target, measurer = setup.target, setup.measurer
-    with measurer:  # its workers end when measuring is over (or fails), before the best kernel is checked
-        DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
-        mod = workload.irmodule()
-        measured = measured_latencies(db_dir, mod)
-        done = len(measured)
-        remaining = trials - done
-        if setup.trained is not None and remaining > 0:  # a finished run is only checked and reported
-            check_covered(workload, tvm_target, setup, strategy)
-        start = time.perf_counter()
-        seed = resumed_seed(seed, done)
-        cost_model, search = strategy_parts(strategy, setup, seed)
-        profile: dict[str, float] = {}
-        watch = None
-        if remaining > 0:
-            cold = [] if warms_cost_model(search) else [(mod, "main")]
-            report_best = None if report is None else \
-                (lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0))
-            detach_unnamed_meta_schedule_log_handlers()
-            set_meta_schedule_console(verbose)
-            with tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, [measured], report_best) as run:
-                ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
-                            num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
-                            runner=measurer.runner, database=run.database, cost_model=run.cost_model,
-                            strategy=search, measure_callbacks=run.callbacks, seed=seed,
-                            num_tuning_cores=search_threads())
-            profile, watch, cost_model = run.profile, run.watch, run.cost_model
+    tvm_target = setup.target
+    DesignSpaces(workload, tvm_target)  # raises a clear error when no design space covers it
+    mod = workload.irmodule()
+    measured = measured_latencies(db_dir, mod)
+    done = len(measured)
+    remaining = trials - done
+    if setup.trained is not None and remaining > 0:  # a finished run is only checked and reported
+        check_covered(workload, tvm_target, setup, strategy)
+    start = time.perf_counter()
+    seed = resumed_seed(seed, done)
+    cost_model, search = strategy_parts(strategy, setup, seed)
+    profile: dict[str, float] = {}
+    watch = None
+    if remaining > 0:
+        cold = [] if warms_cost_model(search) else [(mod, "main")]
+        report_best = None if report is None else \
+            (lambda n, total, best: report(n, total, workload.flops / best[0] / 1e9 if best else 0.0))
+        detach_unnamed_meta_schedule_log_handlers()
+        set_meta_schedule_console(verbose)
+        with setup.measurer() as measurer, \
+                tuning_run(setup, db_dir, cost_model, cold, done, trials, runner, [measured], report_best) as run:
+            ms.tune_tir(mod, tvm_target, work_dir=str(db_dir), max_trials_global=remaining,
+                        num_trials_per_iter=min(trials_per_iter, remaining), builder=measurer.builder,
+                        runner=measurer.runner, database=run.database, cost_model=run.cost_model, strategy=search,
+                        measure_callbacks=run.callbacks, seed=seed, num_tuning_cores=search_threads())
+        profile, watch, cost_model = run.profile, run.watch, run.cost_model
     wall = time.perf_counter() - start
     # A kernel is checked where it can run: here, or on the RPC device whose instructions this machine lacks.
-    check = check_schedule if getattr(measurer.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
+    check = check_schedule if getattr(setup.runner, "verify_locally", True) else remote_check(parse_rpc_url(runner))
     lines, checked, set_aside = check_deployed(workload, db_dir, mod, tvm_target, check_at or [], check)
     latencies = latencies_of(lines)
     curve, best = [], float("inf")

@@ -227,11 +227,11 @@ def test_missing_zoo_suggests_train_zoo(tmp_path):
 
 
 @pytest.mark.parametrize("refused", ["no zoo", "uncovered workload"])
-def test_a_run_refused_after_its_workers_started_ends_them(tmp_path, monkeypatch, refused):
-    """The measurer's workers start before the checkpoint loads (missing here: refused inside `prepare`) and
-    before the workload is checked against it (refused after `prepare`); either refusal ends them at once.
-    Left to garbage collection, TVM's pool could be collected on one of its own threads, whose join of
-    itself printed a traceback under the one-line error."""
+def test_a_refused_run_leaves_no_worker_processes(tmp_path, monkeypatch, refused):
+    """A run refused while it is set up (no checkpoint to load) or before it measures (a workload the
+    checkpoint cannot encode) ends with no TVM worker alive: left to garbage collection, TVM's pool
+    could be collected on one of its own threads, whose join of itself printed a traceback under the
+    one-line error."""
     from metatune import MetatuneError
     from metatune.tune.tuner import tune_workload
 
@@ -244,6 +244,23 @@ def test_a_run_refused_after_its_workers_started_ends_them(tmp_path, monkeypatch
     with pytest.raises(MetatuneError, match="make train-zoo" if refused == "no zoo" else "cannot encode"):
         tune_workload(Workload.parse(workload), 4, "metatune", tmp_path / "db")
     assert tvm_workers() - before == set()
+
+
+def test_a_finished_run_is_checked_and_reported_without_starting_workers(tmp_path, monkeypatch):
+    """Builder and runner workers (each imports TVM: seconds) start only for a run with trials left to
+    measure; one whose database holds them all (a re-run, a bench's replay) only checks its best kernel."""
+    from metatune.tune import tuner
+
+    db = tmp_path / "db"
+    first = tuner.tune_workload(Workload.parse(SMALL), 4, "random", db, trials_per_iter=4)
+    assert first.timed_trials == 4 and first.verified
+
+    def no_measurer(*args, **kwargs):
+        raise AssertionError("a finished run started a Measurer")
+
+    monkeypatch.setattr(tuner, "Measurer", no_measurer)
+    again = tuner.tune_workload(Workload.parse(SMALL), 4, "random", db)
+    assert again.timed_trials == 0 and again.verified and again.best_latency_us == first.best_latency_us
 
 
 def test_bad_strategy_and_workload_are_one_line_errors(tmp_path):
