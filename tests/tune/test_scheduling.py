@@ -62,10 +62,10 @@ def tune(tasks, target, db_dir, stop_at_first: bool) -> dict:
     the batches built, the number built at each join, the records written, the stop if one came."""
     from tvm.s_tir import meta_schedule as ms
 
+    from metatune.env.interrupt import uninterrupted
     from metatune.env.plugin import BUILDER, MEASURE_CALLBACK, plugin_class
     from metatune.measure.measurer import Measurer
     from metatune.tune.scheduling import gradient_scheduler
-    from metatune.env.interrupt import uninterrupted
     from metatune.tune.tuner import measure_callbacks
     from metatune.workload.relax_tasks import task_context
 
