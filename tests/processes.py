@@ -183,10 +183,13 @@ def group_members(pgid: int) -> list[str]:
 
 
 def tvm_workers() -> set[int]:
-    """The pids of this process's TVM worker processes (build and run pools: `tvm.exec.popen_worker`)."""
+    """The pids of this process's TVM worker processes (build and run pools: TVM's worker, or metatune's
+    `popen_worker` once a Measurer made the pools start that)."""
     import psutil
 
-    return {p.pid for p in psutil.Process().children(recursive=True) if "tvm.exec.popen_worker" in p.cmdline()}
+    from metatune.measure.popen_worker import TVM_WORKER, WORKER
+
+    return {p.pid for p in psutil.Process().children(recursive=True) if {TVM_WORKER, WORKER} & set(p.cmdline())}
 
 
 def json_lines(path: Path) -> list:

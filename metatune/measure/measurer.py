@@ -6,6 +6,8 @@ Settings were chosen by measurement on a 2-core AVX-512 VM (see docs/BENCHMARKS.
   schedule was made, so the build worker does not need the intrinsics registered;
 * the build workers are kept from one batch to the next (measure/builder.py): a new pool per
   batch, as TVM's LocalBuilder starts, cost ~3 s of each batch;
+* TVM's workers start without PyTorch (measure/popen_worker.py): 1.3 s instead of 4.7 s to
+  start a measurer's three on 2 cores;
 * `number=1, repeat=5, min_repeat_ms=20`: ranks like TVM's default (Spearman ~0.97) at a
   fraction of the cost; the median of the repeats is the latency;
 * each timed candidate can then be run once here on random inputs and compared with the
@@ -33,6 +35,7 @@ from metatune.env.tvm_setup import use_threads
 from metatune.measure.arguments import alloc_local
 from metatune.measure.builder import kept_pool_builder
 from metatune.measure.check import DEFAULT_RTOL, ReferenceCheck, device_type
+from metatune.measure.popen_worker import run_workers_without_torch
 from metatune.workload.operators import Workload
 
 if TYPE_CHECKING:
@@ -148,6 +151,7 @@ class Measurer:
 
         self.target = target
         self.settings = (settings or MeasureSettings()).with_threads_in_force()
+        run_workers_without_torch()
         self.builder = kept_pool_builder(self.settings.build_workers or usable_cores(), self.settings.build_timeout_s,
                                          build_without_intrinsics)
         # the runner's pool waits for the worker it starts: a stop waits for it too, then ends it;

@@ -73,3 +73,26 @@ def test_a_measurer_starts_its_build_workers_ahead_and_closing_it_ends_them(targ
     finally:
         measurer.close()
     assert tvm_workers() - before == set()
+
+
+def test_a_measurers_workers_run_tvm_without_torch(target, build_inputs):
+    """TVM's workers import PyTorch through tvm-ffi unless it is hidden (seconds of each worker's start):
+    a measurer's three run metatune's worker, which hides it, and still build; any TVM pool started
+    afterwards in this process does the same."""
+    import sys
+
+    import psutil
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from metatune.measure.popen_worker import WORKER
+
+    before = tvm_workers()
+    with Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, build_workers=2)) as measurer:
+        started = tvm_workers() - before
+        assert len(started) == 3 and all(WORKER in psutil.Process(pid).cmdline() for pid in started)
+        assert all(r.error_msg is None for r in measurer.builder.build(build_inputs[:2]))
+    pool = PopenPoolExecutor(max_workers=1, timeout=60)
+    try:
+        assert pool.submit(lambda: sys.modules.get("torch", "not imported") is None).result()
+    finally:
+        pool.shutdown()
