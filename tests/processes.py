@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from metatune.fileio import REPO_ROOT
+from metatune.measure.popen_worker import TVM_WORKER, WORKER
 
 
 def start(*args: str) -> subprocess.Popen:
@@ -185,10 +188,6 @@ def group_members(pgid: int) -> list[str]:
 def tvm_workers() -> set[int]:
     """The pids of this process's TVM worker processes (build and run pools: TVM's worker, or metatune's
     `popen_worker` once a Measurer made the pools start that)."""
-    import psutil
-
-    from metatune.measure.popen_worker import TVM_WORKER, WORKER
-
     return {p.pid for p in psutil.Process().children(recursive=True) if {TVM_WORKER, WORKER} & set(p.cmdline())}
 
 

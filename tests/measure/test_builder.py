@@ -1,9 +1,14 @@
 """The kept-pool builder: TVM's LocalBuilder results, with the same workers from batch to batch."""
 
+import sys
+
+import psutil
 import pytest
+from tvm.support.popen_pool import PopenPoolExecutor
 
 from metatune.measure.builder import kept_pool_builder
 from metatune.measure.measurer import Measurer, MeasureSettings, build_without_intrinsics
+from metatune.measure.popen_worker import WORKER
 from metatune.space.knob_space import DesignSpaces
 from metatune.workload.operators import Workload
 from tests.conftest import SMALL_SHAPES
@@ -62,35 +67,21 @@ def test_a_timeout_reads_as_local_builders_and_the_killed_worker_is_replaced(bui
         builder.shutdown()
 
 
-def test_a_measurer_starts_its_build_workers_ahead_and_closing_it_ends_them(target, build_inputs):
+def test_a_measurer_starts_its_build_workers_ahead_without_torch_and_closing_it_ends_them(target, build_inputs):
+    """TVM's workers import PyTorch through tvm-ffi unless it is hidden (seconds of each worker's start):
+    a measurer's three run metatune's worker, which hides it, and still build; any TVM pool started
+    afterwards in this process does the same."""
     before = tvm_workers()
     measurer = Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, build_workers=2))
     try:
         started = tvm_workers() - before
         assert len(started) == 1 + 2  # the runner's worker and both build workers, before any build
+        assert all(WORKER in psutil.Process(pid).cmdline() for pid in started)
         assert all(r.error_msg is None for r in measurer.builder.build(build_inputs[:2]))
         assert tvm_workers() - before == started  # the builds ran on the workers started ahead
     finally:
         measurer.close()
     assert tvm_workers() - before == set()
-
-
-def test_a_measurers_workers_run_tvm_without_torch(target, build_inputs):
-    """TVM's workers import PyTorch through tvm-ffi unless it is hidden (seconds of each worker's start):
-    a measurer's three run metatune's worker, which hides it, and still build; any TVM pool started
-    afterwards in this process does the same."""
-    import sys
-
-    import psutil
-    from tvm.support.popen_pool import PopenPoolExecutor
-
-    from metatune.measure.popen_worker import WORKER
-
-    before = tvm_workers()
-    with Measurer(target, MeasureSettings(repeat=1, min_repeat_ms=1, build_workers=2)) as measurer:
-        started = tvm_workers() - before
-        assert len(started) == 3 and all(WORKER in psutil.Process(pid).cmdline() for pid in started)
-        assert all(r.error_msg is None for r in measurer.builder.build(build_inputs[:2]))
     pool = PopenPoolExecutor(max_workers=1, timeout=60)
     try:
         assert pool.submit(lambda: sys.modules.get("torch", "not imported") is None).result()
