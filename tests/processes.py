@@ -29,6 +29,39 @@ def start(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=REPO_ROOT)
 
 
+# Makes the slow import of TVM's tensor intrinsics (one `inspect.stack` per intrinsic) fail the script.
+SLOW_IMPORT_TRIPWIRE = """
+import inspect
+
+def forbidden(*args, **kwargs):
+    raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
+
+inspect.stack = forbidden
+"""
+
+CPU_ONLY_INTRINSICS = "CUDA intrinsics imported: False"
+_FRESH_CLI_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
+import atexit
+import sys
+
+from metatune.cli import main
+
+atexit.register(lambda: print("CUDA intrinsics imported:", "tvm.s_tir.tensor_intrin.cuda" in sys.modules,
+                              file=sys.stderr))
+
+sys.argv = ["metatune", *sys.argv[1:]]
+main()
+"""
+
+
+def run_metatune_fresh(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """`metatune ARGS` in a fresh interpreter, which fails where TVM's tensor intrinsics are imported the slow
+    way and ends its stderr with whether CUDA's were (`CPU_ONLY_INTRINSICS`): what the forked commands of
+    `run_metatune` cannot show, their server having imported everything already."""
+    return subprocess.run([sys.executable, "-c", _FRESH_CLI_SCRIPT, *[str(a) for a in args]], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO_ROOT)
+
+
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return run_metatune(list(args), timeout=timeout, cwd=REPO_ROOT)
 

@@ -10,7 +10,8 @@ import pytest
 from metatune.fileio import RECORD_FILE, REPO_ROOT
 from metatune.tune.tuner import measured_latencies, warm_start
 from metatune.workload.operators import Workload
-from tests.processes import run_metatune, tvm_workers
+from tests.processes import (CPU_ONLY_INTRINSICS, SLOW_IMPORT_TRIPWIRE, run_metatune, run_metatune_fresh,
+                             tvm_workers)
 
 SMALL = "dense:m=64,n=64,k=64"
 ZOO = REPO_ROOT / "zoo"
@@ -81,16 +82,6 @@ def test_baseline_strategies_tune_and_verify(tmp_path, strategy, target):
         assert_database_keeps_to_its_device(tmp_path / "db")
 
 
-# Makes the slow import of TVM's tensor intrinsics (one `inspect.stack` per intrinsic) fail the script.
-SLOW_IMPORT_TRIPWIRE = """
-import inspect
-
-def forbidden(*args, **kwargs):
-    raise AssertionError("inspect.stack: TVM's tensor intrinsics imported the slow way")
-
-inspect.stack = forbidden
-"""
-
 WARM_START_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
 import tvm
 from tvm.s_tir import Schedule
@@ -119,32 +110,15 @@ def test_warm_starting_a_cost_model_imports_tvms_tensor_intrinsics_the_quick_way
     assert proc.stdout.split() == ["1"]
 
 
-CLI_SCRIPT = SLOW_IMPORT_TRIPWIRE + """
-import atexit
-import sys
-
-from metatune.cli import main
-
-atexit.register(lambda: print("CUDA intrinsics imported:", "tvm.s_tir.tensor_intrin.cuda" in sys.modules,
-                              file=sys.stderr))
-
-sys.argv = ["metatune", *sys.argv[1:]]
-main()
-"""
-
-
-@pytest.mark.parametrize("args", [
-    ["--workload", SMALL, "--trials", "2", "--trials-per-iter", "2"],
-    ["--model", "tinycnn", "--trials", "2", "--reference-passes", "9"],  # the fewest passes: the timing is not the point
-], ids=["workload", "model"])
-def test_tuning_from_the_cli_imports_tvms_tensor_intrinsics_the_quick_way(tmp_path, args):
+def test_tuning_from_the_cli_imports_tvms_tensor_intrinsics_the_quick_way(tmp_path):
     """The suite's other CLI runs are forked from a process that has imported them already
     (tests.preloaded_cli): only a fresh interpreter shows a command that would take the slow way, or
-    that would register CUDA's intrinsics (~3.5 s) for a CPU."""
-    proc = subprocess.run([sys.executable, "-c", CLI_SCRIPT, "tune", *args, "--db", str(tmp_path / "db")],
-                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    that would register CUDA's intrinsics (~3.5 s) for a CPU. (`tune --model`: the metatune run of
+    tests/tune/test_tune_model.py.)"""
+    proc = run_metatune_fresh(["tune", "--workload", SMALL, "--trials", "2", "--trials-per-iter", "2",
+                               "--db", str(tmp_path / "db")])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "CUDA intrinsics imported: False" in proc.stderr
+    assert CPU_ONLY_INTRINSICS in proc.stderr
 
 
 def test_a_database_without_a_device_file_is_judged_by_its_records_target(tmp_path):

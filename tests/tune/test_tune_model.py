@@ -12,7 +12,7 @@ import pytest
 from metatune.fileio import RECORD_FILE
 from metatune.measure.measurer import BROKEN_TIMING
 from metatune.measure.reference_timing import MAX_PASSES, PASS_S, PASSES
-from tests.processes import run_metatune
+from tests.processes import CPU_ONLY_INTRINSICS, run_metatune, run_metatune_fresh
 
 
 def tune(*args: str) -> subprocess.CompletedProcess:
@@ -345,11 +345,13 @@ def test_a_resumed_model_run_warms_each_task_in_its_cost_model(tinycnn_run, targ
 
 def test_tinycnn_with_metatune_tunes_every_task_with_its_model(tmp_path):
     """The metatune strategy end to end: every task of tinycnn is tuned by metatune's model
-    (routing to XGBModel is covered by test_tasks_metatune_cannot_encode_go_to_xgb)."""
+    (routing to XGBModel is covered by test_tasks_metatune_cannot_encode_go_to_xgb). In a fresh
+    interpreter: `tune --model` imports TVM's tensor intrinsics the quick way, and not CUDA's."""
     out = tmp_path / "r.json"
-    res = tune("--model", "tinycnn", "--trials", "16", "--db", str(tmp_path / "db"), "--json", str(out),
-               "--reference-passes", str(PASSES))
+    res = run_metatune_fresh(["tune", "--model", "tinycnn", "--trials", "16", "--db", tmp_path / "db", "--json", out,
+                              "--reference-passes", PASSES], timeout=900)
     assert res.returncode == 0, res.stderr
+    assert CPU_ONLY_INTRINSICS in res.stderr
     result = json.loads(out.read_text())
     assert result["strategy"] == "metatune" and result["trials"] == 16 and result["verified"]
     assert result["checkpoint"].startswith("x86_64-")
