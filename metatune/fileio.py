@@ -94,7 +94,10 @@ def hold_directory(directory: Path, what: str) -> Iterator[None]:
     Inside a block that holds it, holding the same directory again is a no-op: a command can take the
     lock before it prints anything, and the function it calls takes it as well."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a read-only or special file system, or no permission
+        raise MetatuneError(f"cannot create the folder {directory} for {what}: {err.strerror}") from err
     key = directory.resolve()
     if key in _held:
         yield

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from metatune import MetatuneError
 from metatune.fileio import LOCK_FILE, REPO_ROOT, DirectoryInUse, cut_torn_line, hold_directory, write_atomic
 
 
@@ -68,3 +69,11 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_taken_over(tmp_path)
             pass
         assert (tmp_path / LOCK_FILE).exists()
     assert not (tmp_path / LOCK_FILE).exists(), "a lock file would be committed with a dataset"
+
+
+def test_a_folder_that_cannot_be_made_is_a_user_error(tmp_path):
+    """What the CLI's early checks cannot foresee (a read-only or special file system) is one line too."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(MetatuneError, match="cannot create the folder .*afile/db for a test: Not a directory"):
+        with hold_directory(tmp_path / "afile" / "db", "a test"):
+            pass

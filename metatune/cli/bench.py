@@ -14,6 +14,7 @@ from metatune.cli.common import (
     REFERENCE_PASSES_HELP,
     RUNNER_HELP,
     TARGET_HELP,
+    check_output_dir,
     parse_ints,
     parse_list,
     stop_cleanly,
@@ -102,6 +103,7 @@ def bench(
                                 "--trials-per-iter": trials_per_iter != DEFAULT_TRIALS_PER_ITER},
                 measuring_options={"--runner": runner != "local",
                                    "--target": target is not None})
+    check_output_dir(out, "--out")
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,22 @@ def check_json_out(path: Path | None, dash_prints: bool = False, option: str = "
         raise MetatuneError(f"{option} {path}: is a folder; give a file name")
     if not path.parent.is_dir():
         raise MetatuneError(f"{option} {path}: no such folder {path.parent}")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Refuse an output folder (`--db`, `--out`) that could not be made or written before the work starts,
+    not at its first write: a file in its place or on its way, or a folder this user cannot write in."""
+    if path.exists():
+        if not path.is_dir():
+            raise MetatuneError(f"{option} {path}: is a file; give a new or existing folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise MetatuneError(f"{option} {path}: this user cannot write in it")
+        return
+    existing = next(parent for parent in path.absolute().parents if parent.exists())
+    if not existing.is_dir():
+        raise MetatuneError(f"{option} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise MetatuneError(f"{option} {path}: this user cannot create folders in {existing}")
 
 
 def write_json(data: object, path: Path) -> None:

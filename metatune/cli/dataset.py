@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, echo_json, stop_cleanly
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_output_dir, echo_json, stop_cleanly
 
 app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
 
@@ -35,6 +35,7 @@ def dataset_build(
     """
     from metatune.dataset.builder import build_dataset, summarize
 
+    check_output_dir(out, "--out")
     with stop_cleanly():
         typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target,
                                            retries_under_load=retries_under_load)))
@@ -63,6 +64,7 @@ def dataset_import(
     from metatune.dataset.builder import summarize
     from metatune.dataset.importer import import_databases
 
+    check_output_dir(out, "--out")
     with stop_cleanly():
         result = import_databases(sources, out, target, workload, split, note)
     typer.echo(f"imported {result.records} records and {result.failures} failures from {result.sources} sources "
@@ -119,5 +121,6 @@ def dataset_export(
 
     if read_card(directory) is None:
         raise MetatuneError(f"{directory} is not a dataset (no card.json)")
+    check_output_dir(out, "--out")
     wl, rec = DatasetStore(directory, repair=False).export_tvm_database(out)
     typer.echo(f"wrote {wl} and {rec}")

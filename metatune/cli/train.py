@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from metatune.cli.common import check_json_out, parse_floats, parse_ints, parse_list, stop_cleanly
+from metatune.cli.common import check_json_out, check_output_dir, parse_floats, parse_ints, parse_list, stop_cleanly
 
 app = typer.Typer()
 ENCODED_KEPT = "the programs encoded so far"  # cached per workload: a restart reads them back
@@ -25,6 +25,7 @@ def train(
     """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
     from metatune.learn.train import run_train
 
+    check_output_dir(out, "--out")
     with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
         run_train(data, config, out, echo=typer.echo, workers=workers)
 
@@ -69,6 +70,8 @@ def evaluate(
     if transfer is not None:
         if config is not None:
             raise MetatuneError("--config applies to --run only")
+        if out is not None:
+            check_output_dir(out, "--out")
         from metatune.learn.transfer_study import METHODS, STUDY_KS, run_study, study_config
 
         with stop_cleanly(resumes=False, kept=ENCODED_KEPT):

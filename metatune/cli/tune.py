@@ -17,6 +17,7 @@ from metatune.cli.common import (
     RUNNER_HELP,
     TARGET_HELP,
     check_json_out,
+    check_output_dir,
     stop_cleanly,
     write_json,
 )
@@ -121,6 +122,7 @@ def tuning_console(db_dir: Path, verbose: bool, title: str, trials: int) -> Iter
     from metatune.progress import progress_bar
     from metatune.tune.tuner import hold_database
 
+    check_output_dir(db_dir, "--db")  # also the default run folder, made in the current directory
     with hold_database(db_dir), quiet_console(db_dir, verbose), progress_bar() as bar:
         task = bar.add_task(title, total=trials, status="")
 
@@ -140,8 +142,8 @@ def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str 
         require_runnable(fingerprint_for_target(target))
     if trials > MAX_TRIALS:
         raise MetatuneError(f"--trials {trials} is more than {MAX_TRIALS}")
-    if db is not None and db.exists() and not db.is_dir():
-        raise MetatuneError(f"--db {db} is a file; the database is a directory (give a new or existing directory)")
+    if db is not None:
+        check_output_dir(db, "--db")
     if checkpoint != "auto":
         from metatune.learn.named_checkpoint import open_checkpoint
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import TARGET_HELP, echo_json, stop_cleanly
+from metatune.cli.common import TARGET_HELP, check_output_dir, echo_json, stop_cleanly
 from metatune.fileio import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -212,6 +212,8 @@ def zoo_adapt(
     from metatune.learn.adapt import run_adapt
     from metatune.learn.named_checkpoint import open_checkpoint
 
+    if out is not None:
+        check_output_dir(out, "--out")
     device = measured_device(data, spec, samples) if data is not None else None
     if device is None:  # measuring (or resuming it) here
         device = fingerprint_for_target(target)

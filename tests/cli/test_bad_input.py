@@ -163,6 +163,14 @@ def db_is_a_file(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return ["tune", "--workload", "dense:m=16,n=16,k=16", "--db", str(tmp / "db")], {}
 
 
+def output_inside_a_file(*args: str) -> Build:
+    """A command whose last option is an output folder, given one below a file: refused before any work."""
+    def build(tmp: Path) -> tuple[list[str], dict[str, str]]:
+        (tmp / "afile").write_text("")
+        return [*args, str(tmp / "afile" / "out")], {}
+    return build
+
+
 SMALL_NET = Path(__file__).parents[1] / "tune" / "data" / "small_net.py"
 
 
@@ -230,7 +238,15 @@ CASES: list[tuple[str, Build, str]] = [
      "the weights were modified or corrupted"),
     ("zoo verify tampered", lambda tmp: (["zoo", "verify", "--zoo", str(tampered_zoo(tmp))], {}), "1 problem(s)"),
     # tuning options
-    ("db is a file", db_is_a_file, "is a file; the database is a directory"),
+    ("db is a file", db_is_a_file, "is a file; give a new or existing folder"),
+    ("db below a file", output_inside_a_file("tune", "--workload", "dense:m=16,n=16,k=16", "--db"),
+     "afile is a file, not a folder"),
+    ("bench out below a file", output_inside_a_file("bench", "--suite", "quick", "--out"), "afile is a file"),
+    ("dataset build out below a file",
+     output_inside_a_file("dataset", "build", "--spec", str(REPO_ROOT / "datasets" / "specs" / "adapt-cpu.yaml"),
+                          "--out"), "afile is a file"),
+    ("train out below a file", output_inside_a_file("train", "--data", "d", "--config", "c", "--out"),
+     "afile is a file"),
     ("trials beyond 10**7",
      lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "99999999999999999999999"], {}),
      "--trials 99999999999999999999999 is more than 10000000"),
