@@ -107,4 +107,5 @@ def _validated(raw: Any, where: str) -> TrainConfig:
     except ValidationError as err:
         first = err.errors()[0]
         message = str(first["ctx"]["error"]) if first["type"] == "value_error" else first["msg"]
-        raise MetatuneError(f"{where}{'.'.join(map(str, first['loc']))}: {message}") from None
+        key = ".".join(map(str, first["loc"])) or "the config"  # no key: the whole file (e.g. empty) is wrong
+        raise MetatuneError(f"{where}{key}: {message}") from None

@@ -113,7 +113,8 @@ def load_library(path: Path) -> tuple[CompiledModel, list[InputSpec]]:
 
     path = Path(path)
     if not path.is_file():
-        raise MetatuneError(f"no such file {path}")
+        raise MetatuneError(f"{path} is a folder; give the exported library (LIBRARY.so)" if path.is_dir()
+                            else f"no such file {path}")
     try:
         with without_vm_scope_logs():
             compiled = CompiledModel(tvm.runtime.load_module(str(path)))

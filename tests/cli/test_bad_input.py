@@ -292,6 +292,7 @@ CASES: list[tuple[str, Build, str]] = [
     ("model timed in too few passes", tune_model("{tmp}/fixed.onnx", "--reference-passes", "5"),
      "--reference-passes 5: at least 9"),
     ("run a library that is missing", lambda tmp: (["run", str(tmp / "none.so")], {}), "no such file"),
+    ("run a folder", lambda tmp: (["run", str(tmp)], {}), "is a folder; give the exported library"),
     ("measure into a missing folder", lambda tmp: (["measure", "dense:m=16,n=16,k=16", "--random", "2", "--json",
                                                     str(tmp / "no" / "out.json")], {}), "no such folder"),
     ("tune into a missing folder", lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "2",

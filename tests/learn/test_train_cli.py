@@ -184,6 +184,13 @@ def test_config_errors_are_one_line_and_name_the_key(tmp_path, old, new, fragmen
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_empty_config_is_named_as_the_config(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(MetatuneError, match=r"empty.yaml: the config: Input should be a valid dictionary"):
+        load_config(path)
+
+
 def test_config_sections_keep_what_the_file_wrote(tmp_path):
     """Run cards record the sections as written; the evaluation seed follows the config's seed."""
     path = tmp_path / "seeded.yaml"
