@@ -6,6 +6,9 @@ modules that need them, so that `metatune --help` answers instantly.
 
 __version__ = "0.1.0"
 
+# The largest seed a user may give: numpy takes seeds below 2**32, and runs add a repeat's index to theirs.
+MAX_SEED = 2**31 - 1
+
 
 class MetatuneError(Exception):
     """An error caused by the user's input or environment, reported without a traceback."""

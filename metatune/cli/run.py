@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from metatune import MetatuneError
+from metatune import MAX_SEED, MetatuneError
 from metatune.cli.common import check_json_out, echo_json, write_json
 
 app = typer.Typer()
@@ -19,7 +19,7 @@ def run_library(
     input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="Each input's shape, in order "
                                                     "(default: those in LIBRARY.json, written by --export)."),
     repeat: int = typer.Option(10, min=1, help="Timed repeats (each at least 50 ms of runs); the median is reported."),
-    seed: int = typer.Option(0, help="Seed of the random inputs."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the random inputs."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (inputs, outputs' shapes, "
                                             "latency) to this file; '-' prints it."),
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from metatune import MetatuneError
+from metatune import MAX_SEED, MetatuneError
 from metatune.cli.common import (
     REFERENCE_PASSES,
     REFERENCE_PASSES_HELP,
@@ -71,7 +71,7 @@ def tune(
     runner: str = typer.Option("local", help=RUNNER_HELP),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
     trials_per_iter: int = typer.Option(16, min=1, help="Candidates measured per batch."),
-    seed: int = typer.Option(0, help="Random seed."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Random seed."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result (best latency, curve, timings; "
                                             "for --model: per-task results, model and PyTorch latency) to this "
                                             "file."),

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from metatune import MetatuneError
+from metatune import MAX_SEED, MetatuneError
 from metatune.learn.evaluate import EvalConfig
 from metatune.learn.maml import MAMLConfig, PretrainConfig
 
@@ -48,7 +48,7 @@ class TrainConfig(BaseModel):
     dataset: str = Field(description="dataset directory, relative to the repository root")
     spec: str | None = Field(None, description="dataset spec used to build the dataset if it is missing; "
                                                "none for a dataset imported from measurements made elsewhere")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     threads: int = Field(1, ge=1, description="torch threads; 1 avoids oversubscribing 2 cores")
     mode: str = Field("supergraph", pattern="^(supergraph|plain)$")
     valid_fraction: float = Field(0.1, gt=0, lt=0.5)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from metatune import MAX_SEED
 from metatune.cost_model.gcn import CostModel
 from metatune.cost_model.xgb import xgb_predict
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
@@ -37,7 +38,7 @@ class EvalConfig(BaseModel):
     repeats: int = 3
     scratch_steps: int = 150
     scratch_lr: float = 1e-2
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     methods: tuple[str, ...] = ("metatune", "finetune", "scratch", "xgb", "xgb-transfer")
 
     @field_validator("ks")

@@ -151,3 +151,19 @@ def test_tune_fails_when_no_trial_succeeded(monkeypatch, tmp_path, capsys):
         run_tune("dense:m=16,n=16,k=16", None, 4, "random", "auto", tmp_path / "db", "local", 4, 0, None)
     assert stopped.value.exit_code == 1
     assert "none of the 4 trials left a kernel to deploy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["encode", "dense:m=8,n=8,k=8", "--random", "1"],
+                                     ["measure", "dense:m=8,n=8,k=8", "--random", "1"],
+                                     ["tune", "--workload", "dense:m=8,n=8,k=8", "--trials", "2"],
+                                     ["run", "net.so"]])
+@pytest.mark.parametrize("seed", ["-1", str(2**31)])
+def test_a_seed_numpy_would_refuse_is_refused_before_any_work(command, seed):
+    """numpy takes seeds in [0, 2**32) and runs add a repeat's index: a traceback after minutes, otherwise."""
+    from typer.testing import CliRunner
+
+    from metatune.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--seed", seed])
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in result.output, result.output
+

@@ -175,6 +175,8 @@ def test_shipped_configs_load(path):
     ("methods: [metatune,", "methods: [magic, metatune,", "unknown evaluation method(s) magic"),
     ("ks: [0, 8", "ks: [-1, 8", "ks must be >= 0"),
     ("iterations: 400", "iterations: many", "maml.iterations: Input should be a valid integer"),
+    ("seed: 0", "seed: -1", "seed: Input should be greater than or equal to 0"),  # numpy refuses it
+    ("repeats: 3", "repeats: 3, seed: 4294967296", "evaluation.seed: Input should be less than or equal to 2147483647"),
 ])
 def test_config_errors_are_one_line_and_name_the_key(tmp_path, old, new, fragment):
     path = tmp_path / "bad.yaml"
