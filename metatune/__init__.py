@@ -6,6 +6,8 @@ modules that need them, so that `metatune --help` answers instantly.
 
 __version__ = "0.1.0"
 
+# More trials than any tuning run could measure: a larger number is a typo, and TVM takes only int32 counts.
+MAX_TRIALS = 10**7
 # The largest seed a user may give: numpy takes seeds below 2**32, and runs add a repeat's index to theirs.
 MAX_SEED = 2**31 - 1
 

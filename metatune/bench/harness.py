@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from metatune import MetatuneError
+from metatune import MAX_TRIALS, MetatuneError
 from metatune.bench.failures import FAILURES_FILE, RunFailure, clear_failure, record_failure
 from metatune.bench.references import changes, fp32_peak, torch_reference, warning
 from metatune.bench.suites import BenchWorkload, load_suite
@@ -65,6 +65,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.budgets or any(b < 1 for b in self.budgets):
             raise MetatuneError(f"--budgets must be positive trial counts, got {self.budgets}")
+        if max(self.budgets) > MAX_TRIALS:
+            raise MetatuneError(f"--budgets {max(self.budgets)} is more than {MAX_TRIALS}")
         self.budgets = sorted(set(self.budgets))
         check_strategies(self.strategies)
         if self.repeats < 1:

@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from metatune import MetatuneError
+from metatune import MAX_TRIALS, MetatuneError
 from metatune.bench.harness import (
     BenchProgress,
     check_continuation,
@@ -148,6 +148,8 @@ def check_request(model: str, trials_totals: list[int], strategies: list[str],
     largest = max(trials_totals)
     if min(trials_totals) < 1:
         raise MetatuneError(f"--trials-total {','.join(map(str, trials_totals))}: each must be at least 1")
+    if largest > MAX_TRIALS:
+        raise MetatuneError(f"--trials-total {largest} is more than {MAX_TRIALS}")
     if any(n < 1 or n > largest for n in replay_at or []):
         raise MetatuneError(f"--replay-at {','.join(map(str, sorted(set(replay_at or []))))}: each must be between 1 "
                             f"and the largest --trials-total ({largest}); at the largest, the finished model is timed "

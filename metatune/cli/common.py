@@ -34,6 +34,10 @@ REFERENCE_PASSES_HELP = (
     "(sub-millisecond) comparison sooner, and one still wider is marked unstable."
 )
 
+# The most random configurations `measure` and `encode` take: they hold them all in memory (a dataset build
+# measures more, a workload at a time, and keeps what it measured).
+MAX_RANDOM = 10_000
+
 
 def echo_json(data: object) -> None:
     """Print `data` as indented JSON, for `--json` flags that print instead of writing a file."""

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from metatune import MAX_SEED
-from metatune.cli.common import TARGET_HELP, check_json_out, write_json
+from metatune.cli.common import MAX_RANDOM, TARGET_HELP, check_json_out, write_json
 
 app = typer.Typer()
 
@@ -17,7 +17,8 @@ app = typer.Typer()
 @app.command()
 def encode(
     workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
-    random: int = typer.Option(8, "--random", min=1, help="How many distinct random configurations to encode."),
+    random: int = typer.Option(8, "--random", min=1, max=MAX_RANDOM,
+                                help="How many distinct random configurations to encode."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed for sampling configurations."),
     show: bool = typer.Option(False, "--show", help="Print each graph: slots with roles and loop features."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write per-graph statistics to this file."),

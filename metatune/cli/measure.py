@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from metatune import MAX_SEED
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_json_out, stop_cleanly, write_json
+from metatune.cli.common import MAX_RANDOM, RUNNER_HELP, TARGET_HELP, check_json_out, stop_cleanly, write_json
 
 app = typer.Typer()
 
@@ -18,7 +18,8 @@ app = typer.Typer()
 @app.command()
 def measure(
     workload: str = typer.Argument(..., help="Workload text (e.g. 'dense:m=64,n=64,k=64') or a ResNet-18 layer C1..C12."),
-    random: int = typer.Option(32, "--random", min=1, help="How many distinct random configurations to measure."),
+    random: int = typer.Option(32, "--random", min=1, max=MAX_RANDOM,
+                               help="How many distinct random configurations to measure (more: dataset build)."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed for sampling configurations."),
     batch: int = typer.Option(32, min=1, help="Candidates built and timed per batch."),
     verify: bool = typer.Option(True, help="Check each timed build against the NumPy reference (after the batch is timed, so the check never runs beside the timing)."),

@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from metatune import MAX_SEED, MetatuneError
+from metatune import MAX_SEED, MAX_TRIALS, MetatuneError
 from metatune.cli.common import (
     REFERENCE_PASSES,
     REFERENCE_PASSES_HELP,
@@ -24,8 +24,6 @@ from metatune.cli.common import (
 
 app = typer.Typer()
 
-# More trials than any tuning run could measure: a larger number is a typo, and TVM takes only int32 counts.
-MAX_TRIALS = 10**7
 
 
 @app.command()

@@ -351,6 +351,8 @@ def test_config_sorts_and_checks_budgets():
     assert BenchConfig("quick", [64, 16, 32, 16], ["xgb"]).budgets == [16, 32, 64]
     with pytest.raises(MetatuneError):
         BenchConfig("quick", [0], ["xgb"])
+    with pytest.raises(MetatuneError, match="--budgets 100000000 is more than 10000000"):  # a typo, not a plan
+        BenchConfig("quick", [16, 10**8], ["xgb"])
 
 
 def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
@@ -380,6 +382,7 @@ def test_model_bench_tunes_compiles_and_tabulates(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--strategies", "metatune,xgb@x86_64-sapphirerapids-2c/v5"), TAKES_A_CHECKPOINT),
     (("--strategies", "random", "--trials-total", "4", "--replay-at", "8"), "--replay-at 8: each must be between 1"),
+    (("--strategies", "random", "--trials-total", "4,100000000"), "--trials-total 100000000 is more than 10000000"),
     (("--strategies", "random", "--reference-passes", "3"), "--reference-passes 3: at least 9"),
     (("--strategies", "random", "--retime"), "--retime applies to suite benches only"),
     (("--strategies", "random", "--no-references", "--budgets", "4"), "--no-references, --budgets apply to suite"),

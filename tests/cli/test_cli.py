@@ -167,3 +167,15 @@ def test_a_seed_numpy_would_refuse_is_refused_before_any_work(command, seed):
     result = CliRunner().invoke(app, [*command, "--seed", seed])
     assert result.exit_code == 2 and "Invalid value for '--seed'" in result.output, result.output
 
+
+
+@pytest.mark.parametrize("command", ["encode", "measure"])
+def test_more_random_configurations_than_memory_holds_are_refused(command):
+    """Sampling 10**8 of a small space drew for minutes and grew without bound before the first result."""
+    from typer.testing import CliRunner
+
+    from metatune.cli import app
+    from metatune.cli.common import MAX_RANDOM
+
+    result = CliRunner().invoke(app, [command, "dense:m=8,n=8,k=8", "--random", str(MAX_RANDOM + 1)])
+    assert result.exit_code == 2 and "Invalid value for '--random'" in result.output, result.output
