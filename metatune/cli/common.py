@@ -74,6 +74,16 @@ def check_output_dir(path: Path, option: str) -> None:
         raise MetatuneError(f"{option} {path}: this user cannot create folders in {existing}")
 
 
+def check_workers(workers: int | None, each: str) -> None:
+    """Refuse more worker processes than this machine has cores (`each`: what one of them does), for a pool
+    that starts them all ahead: they only compete, and a slip such as --workers 100000 started hundreds of
+    processes until memory ran out."""
+    from metatune.env.device import usable_cores
+
+    if workers is not None and workers > (cores := usable_cores()):
+        raise MetatuneError(f"--workers {workers}: more than this machine's {cores} cores, and each {each}")
+
+
 def write_json(data: object, path: Path) -> None:
     """Write `data` as indented JSON, for `--json FILE` options: atomically (a crash leaves the old
     file), or straight into a FILE that is no regular file (/dev/stdout, a shell's pipe) or is a

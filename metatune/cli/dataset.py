@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_output_dir, echo_json, stop_cleanly
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_output_dir, check_workers, echo_json, stop_cleanly
 
 app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
 
@@ -18,7 +18,7 @@ def dataset_build(
     spec: Path = typer.Option(..., help="Dataset spec (YAML), e.g. datasets/specs/default-cpu.yaml."),
     out: Path = typer.Option(..., help="Dataset directory; re-running with the same directory resumes."),
     runner: str = typer.Option("local", help=RUNNER_HELP),
-    workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Parallel build workers (default and most: one per core)."),
     batch: int = typer.Option(32, min=1, help="Candidates built and timed per batch."),
     verify: bool = typer.Option(True, help="Check each timed build against NumPy (after the batch is timed, so the check never runs beside the timing)."),
     target: Optional[str] = typer.Option(None, help=TARGET_HELP),
@@ -36,6 +36,7 @@ def dataset_build(
     from metatune.dataset.builder import build_dataset, summarize
 
     check_output_dir(out, "--out")
+    check_workers(workers, "build worker keeps a core busy compiling")
     with stop_cleanly():
         typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target,
                                            retries_under_load=retries_under_load)))

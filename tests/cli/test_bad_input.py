@@ -15,6 +15,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from metatune.env.device import usable_cores
 from metatune.fileio import REPO_ROOT
 from tests.dataset.gpu_sources import SHIPPED_GPU, write_source
 from tests.tune.onnx_models import small_cnn
@@ -247,6 +248,9 @@ CASES: list[tuple[str, Build, str]] = [
                           "--out"), "afile is a file"),
     ("train out below a file", output_inside_a_file("train", "--data", "d", "--config", "c", "--out"),
      "afile is a file"),
+    ("dataset build with more workers than cores",
+     lambda tmp: (["dataset", "build", "--spec", str(REPO_ROOT / "datasets" / "specs" / "adapt-cpu.yaml"), "--out",
+                   str(tmp / "ds"), "--workers", str(usable_cores() + 1)], {}), "more than this machine's"),
     ("trials beyond 10**7",
      lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "99999999999999999999999"], {}),
      "--trials 99999999999999999999999 is more than 10000000"),
