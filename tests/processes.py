@@ -54,7 +54,7 @@ main()
 """
 
 
-def run_metatune_fresh(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+def run_metatune_fresh(args: list[object], timeout: float = 600) -> subprocess.CompletedProcess:
     """`metatune ARGS` in a fresh interpreter, which fails where TVM's tensor intrinsics are imported the slow
     way and ends its stderr with whether CUDA's were (`CPU_ONLY_INTRINSICS`): what the forked commands of
     `run_metatune` cannot show, their server having imported everything already."""

@@ -25,7 +25,6 @@ from metatune.cli.common import (
 app = typer.Typer()
 
 
-
 @app.command()
 def tune(
     workload: Optional[str] = typer.Option(None, help="Operator to tune: workload text or a ResNet-18 layer C1..C12."),

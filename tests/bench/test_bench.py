@@ -399,8 +399,8 @@ def test_model_bench_rejects_unknown_model_before_measuring(tmp_path):
 
 
 def test_remeasuring_references_replaces_them_and_tabulates_the_change(tmp_path, monkeypatch):
-    """PyTorch's reference measured again for real; the fp32 peak (timed for real by the quick bench, 40 s
-    here) stands in, passed the same cap on passes."""
+    """PyTorch's reference measured again for real; the fp32 peak (timed for real by the quick bench, about
+    40 s on 2 cores) stands in, passed the same cap on passes."""
     from metatune.bench import harness
 
     peaks: list[int] = []

@@ -136,7 +136,6 @@ def test_default_tune_folder_is_keyed_by_what_makes_another_run():
     assert len({default_db_dir(*base), *(default_db_dir(*args) for args in changed)}) == 5
 
 
-
 def test_tune_fails_when_no_trial_succeeded(monkeypatch, tmp_path, capsys):
     """Every trial failed: nothing was tuned, and a script must see it in the exit status."""
     import typer
@@ -166,7 +165,6 @@ def test_a_seed_numpy_would_refuse_is_refused_before_any_work(command, seed):
 
     result = CliRunner().invoke(app, [*command, "--seed", seed])
     assert result.exit_code == 2 and "Invalid value for '--seed'" in result.output, result.output
-
 
 
 @pytest.mark.parametrize("command", ["encode", "measure"])
