@@ -61,27 +61,13 @@ def check_json_out(path: Path | None, dash_prints: bool = False, option: str = "
 def check_output_dir(path: Path, option: str) -> None:
     """Refuse an output folder (`--db`, `--out`) that could not be made or written before the work starts,
     not at its first write: a file in its place or on its way, or a folder this user cannot write in."""
-    if path.exists():
-        if not path.is_dir():
-            raise MetatuneError(f"{option} {path}: is a file; give a new or existing folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise MetatuneError(f"{option} {path}: this user cannot write in it")
-        return
-    existing = next(parent for parent in path.absolute().parents if parent.exists())
+    folder = path.absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder, or where it would be made
     if not existing.is_dir():
-        raise MetatuneError(f"{option} {path}: {existing} is a file, not a folder")
+        raise MetatuneError(f"{option} {path}: " + ("is a file; give a new or existing folder" if existing == folder
+                                                      else f"{existing} is a file, not a folder"))
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise MetatuneError(f"{option} {path}: this user cannot create folders in {existing}")
-
-
-def check_workers(workers: int | None, each: str) -> None:
-    """Refuse more worker processes than this machine has cores (`each`: what one of them does), for a pool
-    that starts them all ahead: they only compete, and a slip such as --workers 100000 started hundreds of
-    processes until memory ran out."""
-    from metatune.env.device import usable_cores
-
-    if workers is not None and workers > (cores := usable_cores()):
-        raise MetatuneError(f"--workers {workers}: more than this machine's {cores} cores, and each {each}")
+        raise MetatuneError(f"{option} {path}: this user cannot write in {existing}")
 
 
 def write_json(data: object, path: Path) -> None:

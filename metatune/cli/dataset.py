@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from metatune import MetatuneError
-from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_output_dir, check_workers, echo_json, stop_cleanly
+from metatune.cli.common import RUNNER_HELP, TARGET_HELP, check_output_dir, echo_json, stop_cleanly
 
 app = typer.Typer(help="Build, inspect and export datasets of measured programs.", no_args_is_help=True)
 
@@ -36,10 +36,20 @@ def dataset_build(
     from metatune.dataset.builder import build_dataset, summarize
 
     check_output_dir(out, "--out")
-    check_workers(workers, "build worker keeps a core busy compiling")
+    check_build_workers(workers)
     with stop_cleanly():
         typer.echo(summarize(build_dataset(spec, out, runner, workers, batch, verify, target,
                                            retries_under_load=retries_under_load)))
+
+
+def check_build_workers(workers: int | None) -> None:
+    """No more build workers than cores: the build's pool starts them all ahead, they only compete, and a slip
+    such as --workers 100000 started hundreds of processes until memory ran out."""
+    from metatune.env.device import usable_cores
+
+    if workers is not None and workers > (cores := usable_cores()):
+        raise MetatuneError(f"--workers {workers}: more than this machine's {cores} cores, and each build worker "
+                            "keeps one busy compiling")
 
 
 @app.command("import")
