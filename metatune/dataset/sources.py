@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "heldout")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+# A database file is read whole; one larger than this (~300,000 records) is refused before it is read, so that
+# a small archive that unpacks to gigabytes cannot fill the machine's memory.
+MAX_FILE_BYTES = 1 << 30
 
 
 class SourceError(MetatuneError):
@@ -72,6 +75,19 @@ def find_sources(paths: list[Path]) -> list[Path]:
     return found
 
 
+def _check_size(path: Path, name: str, size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        raise SourceError(f"{path}: {name} is {size:,} bytes, over the {MAX_FILE_BYTES:,} a database file "
+                          "may have; split the run into several databases")
+
+
+def _folder_files(path: Path) -> dict[str, bytes]:
+    files = [path / n for n in (WORKLOAD_FILE, RECORD_FILE, META_FILE) if (path / n).is_file()]
+    for file in files:
+        _check_size(path, file.name, file.stat().st_size)
+    return {file.name: file.read_bytes() for file in files}
+
+
 def _archive_files(path: Path) -> dict[str, bytes]:
     wanted = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
     try:
@@ -80,6 +96,8 @@ def _archive_files(path: Path) -> dict[str, bytes]:
             names = [m.name.rsplit("/", 1)[-1] for m in members]
             if len(names) != len(set(names)):
                 raise SourceError(f"{path} holds several databases; archive one per file")
+            for name, member in zip(names, members):
+                _check_size(path, name, member.size)  # the size its header declares, before anything is unpacked
             return {name: tar.extractfile(m).read() for name, m in zip(names, members)}  # type: ignore[union-attr]
     except (tarfile.TarError, OSError, EOFError) as err:
         raise SourceError(f"{path} is not a readable .tar.gz ({err})") from None
@@ -88,7 +106,7 @@ def _archive_files(path: Path) -> dict[str, bytes]:
 def read_source(path: Path) -> Source:
     """The database at `path` (a folder or an archive), its lines checked to be JSON records."""
     if path.is_dir():
-        files = {n: (path / n).read_bytes() for n in (WORKLOAD_FILE, RECORD_FILE, META_FILE) if (path / n).is_file()}
+        files = _folder_files(path)
     else:
         files = _archive_files(path)
     missing = [n for n in (WORKLOAD_FILE, RECORD_FILE) if n not in files]

@@ -10,6 +10,7 @@ import pytest
 
 from metatune.dataset.card import compute_counts, read_card
 from metatune.dataset.importer import FAILURE_KIND, import_databases
+from metatune.dataset import sources
 from metatune.dataset.sources import SourceError
 from metatune.dataset.store import DatasetStore
 from tests.dataset.gpu_sources import A100_TARGET, BATCH_MATMUL, DENSE, SHIPPED_GPU, archive, set_target, write_source
@@ -172,6 +173,19 @@ def test_bad_sources_are_one_clear_error(tmp_path, make, fragment):
     with pytest.raises(SourceError, match=fragment):
         import_databases([make(tmp_path)], tmp_path / "ds")
     assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_database_file_too_large_to_read_is_refused_before_it_is_read(tmp_path, monkeypatch, packed):
+    source = write_source(tmp_path / "src" / "dense", DENSE, records=3, failed=0)
+    (source / "database_tuning_record.json").write_text((source / "database_tuning_record.json").read_text() * 10)
+    size = (source / "database_tuning_record.json").stat().st_size  # the largest file of the database
+    monkeypatch.setattr(sources, "MAX_FILE_BYTES", size - 1)
+    with pytest.raises(SourceError, match=f"database_tuning_record.json is {size:,} bytes, over the {size - 1:,}"):
+        import_databases([archive(source, tmp_path / "pack") if packed else source], tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+    monkeypatch.setattr(sources, "MAX_FILE_BYTES", size)
+    assert import_databases([source], tmp_path / "ds").records == 3
 
 
 def _torn(source: Path) -> Path:
