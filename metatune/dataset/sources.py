@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "heldout")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-# A database file is read whole; one larger than this (~300,000 records) is refused before it is read, so that
+# A database file is read whole; one larger than this (~200,000 records of 5 KB) is refused before it is read, so that
 # a small archive that unpacks to gigabytes cannot fill the machine's memory.
 MAX_FILE_BYTES = 1 << 30
 
