@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from metatune import MetatuneError
+from metatune import MAX_SEED, MetatuneError
 from metatune.cost_model.gcn import CostModel
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder, dataset_template
 from metatune.encode.supergraph import Template
@@ -103,6 +103,8 @@ def run_learning_curve(data_dir: Path, config_path: Path, fractions: Sequence[fl
         raise MetatuneError(f"--fractions must lie in (0, 1], got {list(fractions)}")
     if any(r < 2 for r in records):
         raise MetatuneError(f"--records must be at least 2, got {list(records)}")
+    if any(not 0 <= s <= MAX_SEED for s in seeds):
+        raise MetatuneError(f"--seeds must lie in 0..{MAX_SEED}, got {list(seeds)}")
     if native is not None and source is None:
         raise MetatuneError("--native is the goal of a curve from a source checkpoint: give --from too")
     config = load_config(config_path)

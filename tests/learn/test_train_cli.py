@@ -109,6 +109,8 @@ def test_evaluate_side_study_prints_its_table_and_keeps_the_card(tiny_run):
     ("learning-curve", ("--fractions", "0,1"), "--fractions must lie in (0, 1]"),
     ("learning-curve", ("--fractions", "half"), "--fractions: expected numbers"),
     ("learning-curve", ("--records", "1"), "--records must be at least 2"),
+    ("learning-curve", ("--seeds", "0,-1"), "--seeds must lie in 0..2147483647"),
+    ("learning-curve", ("--seeds", str(2**31)), "--seeds must lie in 0..2147483647"),
     ("learning-curve", ("--out", "/nonexistent-folder/curve.json"), "--out /nonexistent-folder/curve.json: no such"),
 ])
 def test_bad_options_are_one_line_errors(tiny_run, command, args, fragment):
