@@ -145,7 +145,8 @@ def _python_model(spec: str) -> "torch.nn.Module":
     finally:
         sys.path.remove(str(path.parent))
     if not isinstance(network, torch.nn.Module):
-        raise MetatuneError(f"--model {spec}: {attr}() returned a {type(network).__name__}, not a torch.nn.Module")
+        raise MetatuneError(f"--model {spec}: {attr}() returned an object of type {type(network).__name__}, "
+                            "not a torch.nn.Module")
     return network
 
 

@@ -95,7 +95,7 @@ def test_not_onnx_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("attr, fragment", [
     ("broken", "broken() raised ValueError: weights file not found"),
-    ("not_a_module", "returned a int, not a torch.nn.Module"),
+    ("not_a_module", "returned an object of type int, not a torch.nn.Module"),
     ("nothing", "has no callable 'nothing'"),
     ("exits", "exits() called sys.exit(2)"),  # a SystemExit would have ended metatune itself
 ])
