@@ -169,12 +169,13 @@ def shapes_for(names: Sequence[str], declared: Sequence[tuple[int | None, ...] |
                                     f"of {spec}, whose shape is {_show(fixed)}")
             shapes.append(shape)
         elif fixed is None or any(d is None for d in fixed):
-            raise MetatuneError(f"input {name!r} of {spec} has no fixed shape {_show(fixed)}; "
+            declared_as = f" {_show(fixed)}" if fixed is not None else ""
+            raise MetatuneError(f"input {name!r} of {spec} has no fixed shape{declared_as}; "
                                 "give it with --input-shape, e.g. --input-shape 1,3,224,224")
         else:
             shapes.append(tuple(int(d) for d in fixed))  # type: ignore[arg-type]
     return shapes
 
 
-def _show(shape: tuple[int | None, ...] | None) -> str:
-    return "unknown" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+def _show(shape: tuple[int | None, ...]) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"

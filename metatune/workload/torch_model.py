@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import logging
 import sys
 import warnings
 from collections.abc import Iterator
@@ -115,6 +116,19 @@ def _own_argv(path: Path) -> Iterator[None]:
         sys.argv = argv
 
 
+@contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """torch.export logs a traceback of its own for an op that fails on fake tensors; the one-line error
+    metatune raises says the same, so the log is held back while the model is captured."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _python_model(spec: str) -> "torch.nn.Module":
     """Run FILE.py (its folder first on sys.path, so it can import its neighbours) and call CALLABLE()."""
     import torch
@@ -215,7 +229,8 @@ class TorchModel(SourceModel):
         from tvm.relax.frontend.torch import from_exported_program
 
         try:
-            exported = torch.export.export(self.folded, self._tensors(self.example_inputs()))
+            with _quiet_fake_tensors():
+                exported = torch.export.export(self.folded, self._tensors(self.example_inputs()))
         except Exception as err:
             raise MetatuneError(f"torch.export cannot capture {self.source.spec} for inputs "
                                 f"{[s.shape for s in self.inputs]}: {first_line(err)}") from None

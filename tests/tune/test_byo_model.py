@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -118,7 +119,8 @@ def test_a_script_parsing_its_command_line_at_import_sees_none_of_metatunes(monk
 def test_python_model_needs_its_input_shape_and_folds_its_batchnorm() -> None:
     from metatune.workload.relax_tasks import import_model, load_model
 
-    with pytest.raises(MetatuneError, match="give it with --input-shape"):
+    with pytest.raises(MetatuneError, match="input 'input0' of .*small_net.py:make has no fixed shape; give it with "
+                                            "--input-shape"):  # a shape it does not declare at all
         load_model(ModelSource.parse(SMALL_NET))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -244,3 +246,19 @@ def test_pytorch_models_tune_and_verify(tmp_path: Path, spec: str, shape: str) -
     assert result["verified"] and result["max_rel_error"] < 1e-4 and result["reference"] == "PyTorch eager"
     assert result["model"] == spec and result["inputs"][0]["shape"] == [int(d) for d in shape.split(",")]
     assert result["trials"] >= 4 and result["comparison"]["reference"]["max_rel_error"] < 1e-4  # BN folding
+
+
+def test_a_model_torch_export_cannot_run_is_one_line_without_torchs_traceback() -> None:
+    from metatune.workload.relax_tasks import import_model
+
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    logger = logging.getLogger("torch._subclasses.fake_tensor")  # where torch logs its traceback of the failed op
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(MetatuneError, match=r"torch.export cannot capture .* for inputs \[\(3, 7\)\]: RuntimeError"):
+            import_model(ModelSource.parse(f"{DATA / 'small_net.py'}:head", [(3, 7)]))  # it takes 10 features
+    finally:
+        logger.removeHandler(handler)
+    assert not logged, [r.getMessage() for r in logged]
