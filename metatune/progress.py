@@ -63,7 +63,7 @@ class PlainProgress:
         eta = f"{(t['total'] - t['completed']) / rate / 60:.1f} min" if rate > 0 else "unknown"
         print(
             f"{time.strftime('%H:%M:%S')} {t['description']}: {t['completed']:.0f}/{t['total']:.0f} "
-            f"elapsed {elapsed / 60:.1f} min, eta {eta} {t.get('status', '')}",
+            f"elapsed {elapsed / 60:.1f} min, eta {eta} {t.get('status', '')}".rstrip(),
             file=sys.stderr, flush=True,
         )
 

@@ -216,7 +216,8 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None,
         previous = done_trials[key]
 
         def report(n: int, total: int, best: float, key: RunKey = key, base: int = offset - previous) -> None:
-            progress.set(base + n, f"{key.workload} [{key.strategy}] best {best:.1f} GFLOPS")
+            found = f" best {best:.1f} GFLOPS" if best else ""  # none yet: the run's start
+            progress.set(base + n, f"{key.workload} [{key.strategy}]{found}")
 
         started = time.time()
         strategy, checkpoint = split_strategy(key.strategy)

@@ -170,9 +170,12 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     check_strategy(strategy)  # before the run folder and its logs are made
     db_dir = db or default_db_dir(strategy, str(workload), target, runner, seed, checkpoint)
     with tuning_console(db_dir, verbose, f"tune {workload.family} [{strategy}]", trials) as show:
+        def report(done: int, total: int, best: float) -> None:
+            show(done, f"best {best:.1f} GFLOPS" if best else "")  # none yet: the run's start
+
         result = tune_workload(workload, trials, strategy, db_dir, checkpoint=checkpoint, runner=runner,
                                trials_per_iter=trials_per_iter, seed=seed, target=target, verbose=verbose,
-                               report=lambda done, total, best: show(done, f"best {best:.1f} GFLOPS"))
+                               report=report)
         show(result.trials)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

@@ -166,6 +166,8 @@ def _contexts(tasks: list["ExtractedTask"], target: Any, searches: list[Any], db
 
 def _status(tasks: list["ExtractedTask"]) -> Callable[[dict[int, float]], str]:
     def status(best: dict[int, float]) -> str:
+        if not best:
+            return f"0/{len(tasks)} tasks measured"
         est = sum(tasks[i].weight * secs for i, secs in best.items()) * 1e3
         return f"{len(best)}/{len(tasks)} tasks measured, their weighted best {est:.2f} ms"
 

@@ -213,10 +213,13 @@ class _ProgressCallbackLogic:
 
 def progress_callback(total: int, report: Callable[[int, int, dict[int, float]], None],
                       measured: list[list[float | None]]) -> Any:
-    """A MeasureCallback calling `report(done, total, best latency per task)` after every batch;
-    `measured` holds each task's latencies already in the database (`measured_latencies`)."""
+    """A MeasureCallback calling `report(done, total, best latency per task)` once now, with the state
+    the run starts from (so that a progress bar's ETA counts from here, not from the first batch's end),
+    then after every batch; `measured` holds each task's latencies already in the database
+    (`measured_latencies`)."""
     done = sum(len(latencies) for latencies in measured)
     best = {i: min(ok) for i, latencies in enumerate(measured) if (ok := [x for x in latencies if x is not None])}
+    report(done, total, best)
     return plugin_class(MEASURE_CALLBACK, _ProgressCallbackLogic, "ProgressCallback")(total, done, report, best)
 
 

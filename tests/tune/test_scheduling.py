@@ -141,4 +141,5 @@ def test_progress_of_a_resumed_run_starts_from_the_database_bests():
     callback.apply(scheduler, 1, [], [], [RunnerResult(run_secs=[0.003, 0.003, 0.003], error_msg=None),
                                           RunnerResult(run_secs=None, error_msg="run_error")])
     callback.apply(scheduler, 0, [], [], [RunnerResult(run_secs=[0.001] * 3, error_msg=None)])
-    assert reports == [(5, 20, {0: 0.002, 1: 0.003}), (6, 20, {0: 0.001, 1: 0.003})]
+    assert reports == [(3, 20, {0: 0.002}),  # at once: where the run starts, before its first batch
+                       (5, 20, {0: 0.002, 1: 0.003}), (6, 20, {0: 0.001, 1: 0.003})]
