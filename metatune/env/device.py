@@ -336,7 +336,7 @@ def require_runnable(device: DeviceFingerprint, host: DeviceFingerprint | None =
         _require_gpu(device)
         return
     if device.arch in ("rocm", "vulkan", "opencl", "metal"):
-        raise MetatuneError(f"target {device.target} is a {device.arch} device: metatune measures CPUs (llvm) and "
+        raise MetatuneError(f"target {device.target} runs on {device.arch}: metatune measures CPUs (llvm) and "
                             "NVIDIA GPUs (cuda); it can encode programs for this target but not time them")
     if device.arch != host.arch:
         raise MetatuneError(f"target {device.target} is for {device.arch}; this machine is {host.arch} "

@@ -91,6 +91,9 @@ def parse_target(text: str | dict[str, Any]) -> "tvm.target.Target":
         last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
         raise TargetError(f"TVM cannot make a target of {text!r}: {last}") from None
     _check_llvm_cpu(target, text)
+    cores = target.attrs.get("num-cores")
+    if cores is not None and int(cores) < 1:
+        raise TargetError(f"bad target {text!r}: num-cores is {int(cores)}, and a device has at least 1 core")
     return target
 
 

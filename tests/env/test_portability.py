@@ -196,6 +196,9 @@ def test_target_strings_parse_in_every_form():
     assert target_json(parse_target('{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'))["mcpu"] == "znver3"
     assert parse_target("nvidia/nvidia-h100").kind.name == "cuda"
     assert target_json(parse_target(target_json(cli))) == target_json(cli)  # round trip
+    for cores in (0, -2):
+        with pytest.raises(MetatuneError, match=f"num-cores is {cores}, and a device has at least 1 core"):
+            parse_target(f'{{"kind": "llvm", "mcpu": "znver3", "num-cores": {cores}}}')
 
 
 def test_encode_command_encodes_for_a_target_this_machine_cannot_run(tmp_path):
