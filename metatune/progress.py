@@ -31,9 +31,12 @@ class PlainProgress:
     def __enter__(self) -> "PlainProgress":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        """Print each task's final state, unless its last line already showed it."""
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """Print each task's final state, unless its last line already showed it, or an error ended
+        the command before the task's work began (its one-line error is then all there is to say)."""
         for task_id, t in self.tasks.items():
+            if exc_type is not None and "rate_from" not in t:
+                continue
             if t.get("shown") != (t["completed"], t.get("status")):
                 self._print(task_id)
 
@@ -60,7 +63,8 @@ class PlainProgress:
         elapsed = t["last"] - t["start"]
         since, done_then = t.get("rate_from", (t["start"], t["completed"]))
         rate = (t["completed"] - done_then) / (t["last"] - since) if t["last"] > since else 0.0
-        eta = f"{(t['total'] - t['completed']) / rate / 60:.1f} min" if rate > 0 else "unknown"
+        left = max(t["total"] - t["completed"], 0)
+        eta = f"{left / rate / 60:.1f} min" if rate > 0 else ("0.0 min" if left == 0 else "unknown")
         print(
             f"{time.strftime('%H:%M:%S')} {t['description']}: {t['completed']:.0f}/{t['total']:.0f} "
             f"elapsed {elapsed / 60:.1f} min, eta {eta} {t.get('status', '')}".rstrip(),

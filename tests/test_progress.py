@@ -50,6 +50,29 @@ def test_eta_of_a_fresh_run_counts_from_its_first_report(clock, capsys):
     assert "20/100" in last and "elapsed 1.0 min" in last and "eta 4.0 min" in last
 
 
+def test_a_command_refused_before_its_work_began_prints_no_progress_line(capsys):
+    with pytest.raises(ValueError):
+        with PlainProgress(interval_s=0) as bar:
+            bar.add_task("tune", total=64)
+            raise ValueError("unknown runner")  # set-up refused: the one-line error says it all
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError):
+        with PlainProgress(interval_s=30) as bar:
+            task = bar.add_task("tune", total=64)
+            bar.update(task, completed=0)
+            bar.update(task, completed=16)  # work done, not yet shown: its last state is shown
+            raise ValueError("a batch failed")
+    assert "16/64" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_work_found_all_done_has_nothing_left(capsys):
+    with PlainProgress(interval_s=0) as bar:
+        task = bar.add_task("tune", total=64)
+        bar.update(task, completed=64)  # a re-run of a finished run
+    line = capsys.readouterr().err.strip()
+    assert "64/64" in line and "eta 0.0 min" in line, line
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

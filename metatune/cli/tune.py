@@ -124,19 +124,24 @@ def tuning_console(db_dir: Path, verbose: bool, title: str, trials: int) -> Iter
         task = bar.add_task(title, total=trials, status="")
 
         def show(done: int, status: str | None = None) -> None:
-            bar.update(task, completed=done, **({} if status is None else {"status": status}))
+            # a database may hold more trials than this run asks for (a re-run with a smaller --trials)
+            bar.update(task, completed=done, total=max(trials, done), **({} if status is None else {"status": status}))
 
         yield show
 
 
 def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str = "local",
                   target: Optional[str] = None) -> None:
-    """Reject bad --trials, --db, --checkpoint and a local --target this machine cannot run in seconds,
-    before TVM's setup (which takes far longer)."""
+    """Reject bad --trials, --db, --checkpoint, --runner and a local --target this machine cannot run in
+    seconds, before TVM's setup (which takes far longer)."""
     if runner == "local":
         from metatune.env.device import fingerprint_for_target, require_runnable
 
         require_runnable(fingerprint_for_target(target))
+    else:
+        from metatune.measure.runners import parse_rpc_url
+
+        parse_rpc_url(runner)
     if trials > MAX_TRIALS:
         raise MetatuneError(f"--trials {trials} is more than {MAX_TRIALS}")
     if db is not None:

@@ -319,7 +319,7 @@ def make_runner(spec: str, settings: "MeasureSettings", target: str | None = Non
         kind = parse_target(target).kind.name if target is not None else "llvm"
         if kind != "llvm":
             where = ": run metatune on the GPU's own machine with this --target" if kind == "cuda" else ""
-            raise MetatuneError(f"target {target!r} is a {kind} device; over RPC metatune times CPU (llvm) kernels "
+            raise MetatuneError(f"target {target!r} runs on {kind}; over RPC metatune times CPU (llvm) kernels "
                                 f"only{where}")
         runner, device = make_rpc_runner(parse_rpc_url(spec), settings)
         if target is not None:

@@ -254,6 +254,9 @@ CASES: list[tuple[str, Build, str]] = [
     ("trials beyond 10**7",
      lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--trials", "99999999999999999999999"], {}),
      "--trials 99999999999999999999999 is more than 10000000"),
+    ("tune on an unknown runner",
+     lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--runner", "bogus", "--db", str(tmp / "db")], {}),
+     "runner 'bogus': expected 'local' or rpc://HOST:PORT/KEY"),
     ("tune for a GPU this machine does not have",  # no GPU here, or another model than a 2080 Ti
      lambda tmp: (["tune", "--workload", "dense:m=16,n=16,k=16", "--target", "nvidia/geforce-rtx-2080-ti",
                    "--db", str(tmp / "db")], {}),

@@ -49,6 +49,10 @@ def test_metatune_resumes_to_the_requested_total_without_remeasuring(tmp_path):
     assert result["checkpoint"].startswith("x86_64-")
     stats = result["search_stats"]  # this invocation's BatchBO counters: one batch of 4
     assert stats["batches"] == 1 and stats["proposed"] == 4 and stats["resumed"] == 8
+    # asked for fewer than the database holds: nothing measured, its 12 reported, the progress at 12 of 12
+    third = tune("--workload", SMALL, "--trials", "4", "--db", str(db))
+    assert third.returncode == 0 and len(trial_keys(db)) == 12, third.stderr
+    assert "12/12 elapsed" in third.stderr and "12/4" not in third.stderr, third.stderr
 
 
 @pytest.mark.parametrize("strategy", ["xgb", "random"])
