@@ -629,4 +629,7 @@ def resolve_workload(text: str) -> Workload:
     """A workload from its text form, or a ResNet-18 layer name such as `C6`."""
     if text in RESNET18_NAMES:
         return _resnet18()[RESNET18_NAMES.index(text)]
+    if ":" not in text:
+        raise WorkloadError(f"unknown workload {text!r}: give 'family:name=value,...' (metatune workloads list) "
+                            f"or a ResNet-18 layer's name ({', '.join(RESNET18_NAMES)})")
     return Workload.parse(text)

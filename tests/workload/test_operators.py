@@ -88,6 +88,14 @@ def test_bad_workloads_name_the_problem(text, fragment):
         Workload.parse(text)
 
 
+def test_a_name_that_is_no_layer_lists_the_names():
+    from metatune.workload.operators import resolve_workload
+
+    assert resolve_workload("C6") == Workload.parse("conv2d:n=1,c=128,h=28,w=28,k=128,r=3,s=3,stride=1,pad=1")
+    with pytest.raises(WorkloadError, match=r"unknown workload 'C99': give 'family:name=value,...' .*\(C1, C2, "):
+        resolve_workload("C99")
+
+
 # Shapes off the examples' beaten path: odd sizes, strides above 1, padding, Winograd's partial tiles.
 BUFFER_SHAPES = [
     "conv1d:n=2,c=5,l=37,k=3,r=4,stride=3,pad=2",
