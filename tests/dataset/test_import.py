@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from metatune.dataset import sources
 from metatune.dataset.card import compute_counts, read_card
 from metatune.dataset.importer import FAILURE_KIND, import_databases
-from metatune.dataset import sources
 from metatune.dataset.sources import SourceError
 from metatune.dataset.store import DatasetStore
 from tests.dataset.gpu_sources import A100_TARGET, BATCH_MATMUL, DENSE, SHIPPED_GPU, archive, set_target, write_source
