@@ -33,14 +33,8 @@ from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.check import device_type
 from metatune.measure.reference_timing import MAX_PASSES, check_max_passes
 from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url
-from metatune.tune.tuner import (
-    CHECKPOINT_STRATEGIES,
-    STRATEGIES,
-    check_database_device,
-    measured_latencies,
-    resolve_checkpoint,
-    tune_workload,
-)
+from metatune.tune.strategies import CHECKPOINT_STRATEGIES, STRATEGIES
+from metatune.tune.tuner import check_database_device, measured_latencies, resolve_checkpoint, tune_workload
 
 REFERENCES_FILE = "references.json"
 SETTINGS_FILE = "bench.json"  # the budgets the last tuning bench in the folder asked for

@@ -38,8 +38,9 @@ from metatune.env.device import fingerprint_for_target
 from metatune.fileio import RECORD_FILE, WORKLOAD_FILE
 from metatune.measure.reference_timing import MAX_PASSES, Comparison, ReferenceSpec, check_max_passes, compare
 from metatune.tune import model_runtime
-from metatune.tune.model_tuner import check_strategy, tune_model
-from metatune.tune.tuner import CHECKPOINT_STRATEGIES, DEVICE_FILE, resolve_checkpoint
+from metatune.tune.model_tuner import tune_model
+from metatune.tune.strategies import CHECKPOINT_STRATEGIES, check_model_strategy
+from metatune.tune.tuner import DEVICE_FILE, resolve_checkpoint
 from metatune.workload.model_source import ModelSource, Shape
 from metatune.workload.relax_tasks import ImportedModel, import_model, load_model
 from metatune.workload.torch_model import TorchModel
@@ -157,7 +158,7 @@ def check_request(model: str, trials_totals: list[int], strategies: list[str],
     check_strategies(strategies)
     check_max_passes(reference_passes)
     for spec in strategies:
-        check_strategy(split_strategy(spec)[0])
+        check_model_strategy(split_strategy(spec)[0])
     return ModelSource.parse(model, input_shapes or [])
 
 

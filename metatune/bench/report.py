@@ -20,7 +20,7 @@ from metatune.bench.harness import REFERENCES_FILE, split_strategy
 from metatune.bench.references import peak_unstable
 from metatune.bench.retime import RETIMED_FILE
 from metatune.measure.reference_timing import CONFIDENCE, UNCERTAINTY_LIMIT
-from metatune.tune.tuner import CHECKPOINT_STRATEGIES
+from metatune.tune.strategies import CHECKPOINT_STRATEGIES
 from metatune.workload.operators import Workload
 
 BASELINE = "xgb"

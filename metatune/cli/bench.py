@@ -176,7 +176,7 @@ def default_strategies(model: Optional[str], target: Optional[str], runner: str,
     whichever machine tuned it; a report takes every run in --out). Over RPC with no --target, the
     servers' device is not known yet: xgb-transfer, which pretrains on its dataset, is left out."""
     if model is not None:
-        from metatune.tune.model_tuner import MODEL_STRATEGIES
+        from metatune.tune.strategies import MODEL_STRATEGIES
 
         return ",".join(MODEL_STRATEGIES)
     from metatune.bench.harness import SUITE_STRATEGIES

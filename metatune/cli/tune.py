@@ -21,6 +21,15 @@ from metatune.cli.common import (
     stop_cleanly,
     write_json,
 )
+from metatune.tune.strategies import ABLATIONS, MODEL_STRATEGIES
+
+STRATEGY_HELP = ("metatune (the zoo model + batch BO over a pool widened by cost-model-guided mutation chains, its GP "
+                 "also weighing a prior learnt from the task's own measurements), gradient (the zoo model + gradient "
+                 "descent over relaxed tile sizes), xgb (TVM's default), xgb-transfer (XGBModel pretrained on this "
+                 "device's dataset: datasets/DEVICE or $METATUNE_DATASET) or random; or metatune-NAME, an ablation "
+                 "of metatune's search measured in docs/BENCHMARKS.md and not adopted, NAME one of "
+                 f"{', '.join(name.removeprefix('metatune-') for name in ABLATIONS)}. --model takes "
+                 f"{', '.join(MODEL_STRATEGIES)}.")
 
 app = typer.Typer()
 
@@ -41,22 +50,7 @@ def tune(
     trials: int = typer.Option(64, min=1, help="Total measured trials (over all tasks of a --model), including "
                                              "those already in --db: a re-run with the same --trials only "
                                              "reports the best found."),
-    strategy: str = typer.Option("metatune", help="metatune (zoo model + batch BO over a pool widened by cost-model-guided "
-                                 "mutation chains, its GP also weighing a prior learnt from the task's own "
-                                 "measurements), its ablations metatune-evolve (no task prior), metatune-task (no "
-                                 "chains), metatune-local (neither: the earlier search), metatune-early-chains (mutants "
-                                 "already in the first batch, before the GP decides: the default before), metatune-deep-chains "
-                                 "(four generations of mutants a batch instead of two), metatune-space-incumbents (every design "
-                                 "space's best measured configuration also searched around), metatune-task-chains (the task's own "
-                                 "model steers half the mutation chains), metatune-task-hedge (that, and a quarter of each batch is the task "
-                                 "model's favourites), metatune-factor-moves (neighbours and mutants move one tile factor "
-                                 "between two levels, as TVM's MutateTileSize, instead of any other tiling), "
-                                 "metatune-recent-gp (the GP learns from the incumbents and the last 64 measurements only), "
-                                 "metatune-wide-first (the first batch is the cost model's picks of 1,024 random "
-                                 "configurations instead of 256), "
-                                 "gradient (zoo model + gradient descent over relaxed tile sizes), xgb (TVM default), "
-                                 "xgb-transfer (XGBModel pretrained on this device's dataset: datasets/DEVICE or "
-                                 "$METATUNE_DATASET) or random. --model takes metatune, xgb or random."),
+    strategy: str = typer.Option("metatune", help=STRATEGY_HELP),
     checkpoint: str = typer.Option("auto", help="'auto' resolves the zoo for the device measured on (this machine, "
                                     "--target's or the RPC server's); else a checkpoint path "
                                     "(weights file, run or zoo version directory) or a zoo id DEVICE_ID/vN."),
@@ -161,18 +155,21 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
         raise MetatuneError("give exactly one of --workload TEXT or --model SPEC")
     if model is None and (input_shape or export is not None or reference_passes is not None):
         raise MetatuneError("--input-shape, --export and --reference-passes go with --model")
-    check_options(trials, db, checkpoint, runner, target)
-    check_json_out(json_out)
     if model is not None:
+        check_options(trials, db, checkpoint, runner, target)
+        check_json_out(json_out)
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose, input_shape or [], export, reference_passes)
         return
+    from metatune.tune.strategies import check_strategy
     from metatune.workload.operators import resolve_workload
 
-    workload = resolve_workload(workload_text)
-    from metatune.tune.tuner import check_strategy, tune_workload
+    workload = resolve_workload(workload_text)  # a mistyped name or strategy: refused before TVM is imported
+    check_strategy(strategy)
+    check_options(trials, db, checkpoint, runner, target)
+    check_json_out(json_out)
+    from metatune.tune.tuner import tune_workload
 
-    check_strategy(strategy)  # before the run folder and its logs are made
     db_dir = db or default_db_dir(strategy, str(workload), target, runner, seed, checkpoint)
     with tuning_console(db_dir, verbose, f"tune {workload.family} [{strategy}]", trials) as show:
         def report(done: int, total: int, best: float) -> None:

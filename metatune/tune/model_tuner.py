@@ -35,6 +35,7 @@ from metatune.tune import model_runtime
 from metatune.tune.fallback import RoutedCostModel, uncovered_reason
 from metatune.tune.logs import set_meta_schedule_console
 from metatune.tune.scheduling import gradient_scheduler
+from metatune.tune.strategies import check_model_strategy
 from metatune.tune.task_check import wrong_tasks
 from metatune.tune.tuner import (
     exclusive_database,
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
 
 logger = logging.getLogger(__name__)
-
-MODEL_STRATEGIES = ("metatune", "xgb", "random")
 
 
 @dataclass
@@ -102,13 +101,6 @@ class ModelTuneResult:
         return {**asdict(self), "comparison": self.comparison.to_json()}
 
 
-def check_strategy(strategy: str) -> None:
-    """A one-line error for a strategy whole-model tuning does not offer."""
-    if strategy not in MODEL_STRATEGIES:
-        raise MetatuneError(f"strategy {strategy!r} is not available for --model; choose one of "
-                            f"{', '.join(MODEL_STRATEGIES)}")
-
-
 def check_model_target(target: str | None, runner: str = "local") -> None:
     """A tuned model is compiled, checked and timed on this machine's CPU (`model_runtime`): any other
     target (a GPU) or a remote runner (kernels tuned for another machine) is refused at once, not
@@ -124,7 +116,7 @@ def check_model_target(target: str | None, runner: str = "local") -> None:
 def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
     """The parsed --model SPEC, or a one-line error for an unknown model, a missing file or an
     unknown strategy (cheap: neither TVM nor the model is loaded)."""
-    check_strategy(strategy)
+    check_model_strategy(strategy)
     return ModelSource.parse(model, input_shapes)
 
 
@@ -260,7 +252,7 @@ def tune_model(model: str | ImportedModel, trials: int, strategy: str, db_dir: P
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
-    check_strategy(strategy)
+    check_model_strategy(strategy)
     check_max_passes(reference_passes)
     check_model_target(target, runner)
     imported = model if isinstance(model, ImportedModel) else import_model(ModelSource.parse(model, input_shapes or []))

@@ -1,4 +1,6 @@
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +57,36 @@ def test_every_command_has_help():
     for args in (["--help"], ["workloads", "--help"], ["workloads", "list", "--help"], ["device", "--help"], ["measure", "--help"]):
         out = run(*args)
         assert out.returncode == 0 and "Usage" in out.stdout
+
+
+def test_tune_help_names_every_strategy():
+    from metatune.tune.strategies import STRATEGIES
+
+    out = subprocess.run([sys.executable, "-m", "metatune", "tune", "--help"], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "COLUMNS": "400"})
+    assert out.returncode == 0
+    named = set(re.findall(r"[\w-]+", out.stdout)) | {f"metatune-{word}" for word in re.findall(r"[\w-]+", out.stdout)}
+    assert set(STRATEGIES) <= named
+
+
+# the command run in this process, then its exit status and whether TVM or PyTorch had been imported
+IMPORTS_ON_EXIT = """import runpy, sys
+sys.argv = ["metatune", *sys.argv[1:]]
+try:
+    runpy.run_module("metatune", run_name="__main__")
+except SystemExit as stop:
+    print(stop.code, any(m in sys.modules for m in ("tvm", "torch")))
+"""
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["tune", "--workload", "C99"], "unknown workload 'C99'"),
+    (["tune", "--workload", "C6", "--strategy", "bogus"], "unknown strategy 'bogus'"),
+])
+def test_a_mistyped_workload_or_strategy_is_refused_before_tvm_is_imported(args, fragment):
+    """Seconds of imports saved on the most common mistake."""
+    out = subprocess.run([sys.executable, "-c", IMPORTS_ON_EXIT, *args], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["2", "False"] and fragment in out.stderr, out.stderr
 
 
 def test_device_json():
