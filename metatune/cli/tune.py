@@ -21,7 +21,7 @@ from metatune.cli.common import (
     stop_cleanly,
     write_json,
 )
-from metatune.tune.strategies import ABLATIONS, MODEL_STRATEGIES
+from metatune.tune.strategies import ABLATIONS, MODEL_STRATEGIES, check_model_strategy, check_strategy
 
 STRATEGY_HELP = ("metatune (the zoo model + batch BO over a pool widened by cost-model-guided mutation chains, its GP "
                  "also weighing a prior learnt from the task's own measurements), gradient (the zoo model + gradient "
@@ -156,12 +156,12 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
     if model is None and (input_shape or export is not None or reference_passes is not None):
         raise MetatuneError("--input-shape, --export and --reference-passes go with --model")
     if model is not None:
+        check_model_strategy(strategy)
         check_options(trials, db, checkpoint, runner, target)
         check_json_out(json_out)
         run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
                        verbose, input_shape or [], export, reference_passes)
         return
-    from metatune.tune.strategies import check_strategy
     from metatune.workload.operators import resolve_workload
 
     workload = resolve_workload(workload_text)  # a mistyped name or strategy: refused before TVM is imported

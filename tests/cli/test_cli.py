@@ -82,6 +82,7 @@ except SystemExit as stop:
 @pytest.mark.parametrize("args, fragment", [
     (["tune", "--workload", "C99"], "unknown workload 'C99'"),
     (["tune", "--workload", "C6", "--strategy", "bogus"], "unknown strategy 'bogus'"),
+    (["tune", "--model", "resnet18", "--strategy", "gradient"], "strategy 'gradient' is not available for --model"),
 ])
 def test_a_mistyped_workload_or_strategy_is_refused_before_tvm_is_imported(args, fragment):
     """Seconds of imports saved on the most common mistake."""
