@@ -45,7 +45,8 @@ def open_models(data: Path, names: list[str]) -> dict:
 def rank_dataset(data: Path, names: list[str], ks: tuple[int, ...], repeats: int) -> dict:
     from metatune.encode.graphs import load_encoded
     from metatune.encode.supergraph import GraphEncoder
-    from metatune.learn.evaluate import EvalConfig, evaluate, gcn_adapter
+    from metatune.learn.config import EvalConfig
+    from metatune.learn.evaluate import evaluate, gcn_adapter
 
     models = open_models(data, names)
     workloads = load_encoded(data, GraphEncoder(next(iter(models.values())).builder.template))

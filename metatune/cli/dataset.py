@@ -107,12 +107,11 @@ def dataset_encode(directory: Path = typer.Argument(..., help="Dataset directory
 
     Training reads this cache; an entry whose record count or template version no longer matches
     is re-encoded, so re-running after the dataset grew or the template changed is always safe."""
-    from metatune.dataset.card import read_card
+    from metatune.dataset.card import dataset_card
     from metatune.encode.graphs import dataset_template, load_encoded
     from metatune.encode.supergraph import GraphEncoder
 
-    if read_card(directory) is None:
-        raise MetatuneError(f"{directory} is not a dataset (no card.json)")
+    dataset_card(directory)
     encoder = GraphEncoder(dataset_template(directory))
     with stop_cleanly():  # each workload's programs are cached once encoded
         encoded = load_encoded(directory, encoder)
@@ -127,11 +126,10 @@ def dataset_export(
     out: Path = typer.Option(..., help="Directory for database_workload.json + database_tuning_record.json."),
 ) -> None:
     """Write all measured records as one MetaSchedule JSONDatabase (usable by TVM directly)."""
-    from metatune.dataset.card import read_card
+    from metatune.dataset.card import dataset_card
     from metatune.dataset.store import DatasetStore
 
-    if read_card(directory) is None:
-        raise MetatuneError(f"{directory} is not a dataset (no card.json)")
+    dataset_card(directory)
     check_output_dir(out, "--out")
     wl, rec = DatasetStore(directory, repair=False).export_tvm_database(out)
     typer.echo(f"wrote {wl} and {rec}")

@@ -13,6 +13,17 @@ app = typer.Typer()
 ENCODED_KEPT = "the programs encoded so far"  # cached per workload: a restart reads them back
 
 
+def check_inputs(data: Path, config: Optional[Path]) -> None:
+    """A missing dataset or a missing or mistyped config: refused in a second, before PyTorch and the
+    trainer are imported."""
+    from metatune.dataset.card import dataset_card
+    from metatune.learn.config import load_config
+
+    dataset_card(data)
+    if config is not None:
+        load_config(config)
+
+
 @app.command()
 def train(
     data: Path = typer.Option(..., help="Dataset directory (records + card.json)."),
@@ -23,9 +34,10 @@ def train(
                                                             "core); the results do not depend on it."),
 ) -> None:
     """Pretrain the GCN cost model, meta-train it with MAML, and evaluate it on held-out workloads."""
+    check_output_dir(out, "--out")
+    check_inputs(data, config)
     from metatune.learn.train import run_train
 
-    check_output_dir(out, "--out")
     with stop_cleanly(resumes=False, kept=ENCODED_KEPT):
         run_train(data, config, out, echo=typer.echo, workers=workers)
 
@@ -65,11 +77,12 @@ def evaluate(
 
     if (run is None) == (transfer is None):
         raise MetatuneError("give either --run (a training run's table) or --transfer (the cross-device study)")
+    if transfer is not None and config is not None:
+        raise MetatuneError("--config applies to --run only")
+    check_inputs(data, config)
     support_sizes = tuple(parse_ints(ks, "--ks", "16,150")) if ks else None
     method_names = tuple(parse_list(methods, "--methods")) if methods else None
     if transfer is not None:
-        if config is not None:
-            raise MetatuneError("--config applies to --run only")
         if out is not None:
             check_output_dir(out, "--out")
         from metatune.learn.transfer_study import METHODS, STUDY_KS, run_study, study_config
@@ -111,10 +124,11 @@ def learning_curve(
 ) -> None:
     """Pretrain on growing subsets of the data (or, with --from, fine-tune another device's checkpoint on them)
     and rank validation/held-out workloads zero-shot (k = 0)."""
+    check_inputs(data, config)
+    check_json_out(out, option="--out")
     from metatune.learn.learning_curve import run_learning_curve
     from metatune.learn.named_checkpoint import open_checkpoint
 
-    check_json_out(out, option="--out")
     points = (parse_floats(fractions, "--fractions", "0.25,0.5,1"), parse_ints(records, "--records", "50,100"),
               parse_ints(seeds, "--seeds", "0,1"))
     with stop_cleanly(resumes=False, kept=ENCODED_KEPT):

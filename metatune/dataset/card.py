@@ -6,6 +6,7 @@ import collections
 import json
 from pathlib import Path
 
+from metatune import MetatuneError
 from metatune.dataset.store import DatasetStore, StoreError
 from metatune.fileio import CARD_FILE, write_atomic
 
@@ -57,6 +58,14 @@ def read_card(directory: Path) -> dict | None:
     except (OSError, ValueError) as err:
         raise StoreError(f"{path} is not a readable dataset card ({err}); restore it (from git or a copy): it names "
                          "the device its records were measured on") from None
+
+
+def dataset_card(directory: Path) -> dict:
+    """The card of an existing dataset, or a one-line error: every command but `dataset build` needs one."""
+    card = read_card(directory)
+    if card is None:
+        raise MetatuneError(f"{directory} is not a dataset (no card.json); build one with `metatune dataset build`")
+    return card
 
 
 def require_card_with_records(directory: Path) -> dict | None:

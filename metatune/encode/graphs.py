@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 
-from metatune import MetatuneError
-from metatune.dataset.card import read_card
+from metatune.dataset.card import dataset_card
 from metatune.dataset.store import DatasetStore, WorkloadStore, workload_slug
 from metatune.encode import layout
 from metatune.encode.supergraph import GraphEncoder, Template
@@ -211,9 +210,7 @@ def encode_store(store: WorkloadStore, encoder: "GraphEncoder",
 
 def dataset_template(directory: Path) -> Template:
     """The super-graph template of a dataset's device kind (CPU or CUDA programs)."""
-    card = read_card(Path(directory))
-    if card is None:
-        raise MetatuneError(f"{directory} is not a dataset (no card.json); build it with `metatune dataset build`")
+    card = dataset_card(Path(directory))
     return Template.for_target(DeviceFingerprint.from_json(card["device"]).tvm_target())
 
 

@@ -33,8 +33,9 @@ from metatune.encode.graphs import load_encoded, split_sets
 from metatune.encode.supergraph import GraphEncoder
 from metatune.fileio import CARD_FILE, WEIGHTS_FILE
 from metatune.learn.checkpoint import TrainedModel
-from metatune.learn.evaluate import EvalConfig, EvalResult, evaluate, format_table, gcn_adapter
-from metatune.learn.maml import MAMLConfig, PretrainConfig, TrainLog, meta_train, pretrain
+from metatune.learn.config import EvalConfig, MAMLConfig, PretrainConfig
+from metatune.learn.evaluate import EvalResult, evaluate, format_table, gcn_adapter
+from metatune.learn.maml import TrainLog, meta_train, pretrain
 from metatune.learn.train import min_records, portable_path, split_validation
 
 Echo = Callable[[str], object]

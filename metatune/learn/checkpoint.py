@@ -25,7 +25,7 @@ from metatune import MetatuneError
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.graphs import MIN_STD, MODES, FeatureStats, GraphBuilder
 from metatune.encode.supergraph import Template, TemplateMismatch
-from metatune.learn.maml import MAMLConfig
+from metatune.learn.config import MAMLConfig
 
 REQUIRED_METADATA = ("model_config", "template_version", "maml")
 

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from metatune import MAX_SEED
 from metatune.cost_model.gcn import CostModel
 from metatune.cost_model.xgb import xgb_predict
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder
-from metatune.learn.maml import MAMLConfig, adapt, adaptable_params, embed_all, standardize_by, task_loss
+from metatune.learn.config import EvalConfig, MAMLConfig
+from metatune.learn.maml import adapt, adaptable_params, embed_all, standardize_by, task_loss
 from metatune.learn.metrics import all_metrics, median_defined
 
 if TYPE_CHECKING:
@@ -28,26 +27,6 @@ if TYPE_CHECKING:
 
 # (workload index, support indices, query indices, repeat seed) -> scores for the query
 Method = Callable[[int, np.ndarray, np.ndarray, int], np.ndarray]
-
-
-class EvalConfig(BaseModel):
-    """The `evaluation:` section of a training config; unknown keys are typos, so they are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-    ks: tuple[int, ...] = (0, 8, 16, 32)
-    repeats: int = 3
-    scratch_steps: int = 150
-    scratch_lr: float = 1e-2
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    methods: tuple[str, ...] = ("metatune", "finetune", "scratch", "xgb", "xgb-transfer")
-
-    @field_validator("ks")
-    @classmethod
-    def _support_sizes(cls, ks: tuple[int, ...]) -> tuple[int, ...]:
-        """k counts support samples: zero (no adaptation) or more."""
-        if any(k < 0 for k in ks):
-            raise ValueError(f"evaluation ks must be >= 0, got {list(ks)}")
-        return ks
 
 
 @dataclass

@@ -30,7 +30,8 @@ from metatune.fileio import write_atomic
 from metatune.learn.adapt import AdaptConfig
 from metatune.learn.checkpoint import TrainedModel
 from metatune.learn.config import TrainConfig, load_config
-from metatune.learn.maml import PretrainConfig, predict_all, pretrain
+from metatune.learn.config import PretrainConfig
+from metatune.learn.maml import predict_all, pretrain
 from metatune.learn.named_checkpoint import NamedCheckpoint
 from metatune.learn.metrics import median_defined, pairwise_accuracy
 from metatune.learn.train import load_splits, new_model

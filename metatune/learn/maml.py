@@ -19,53 +19,14 @@ from typing import Callable
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch.func import functional_call, grad, vmap
 
 from metatune.cost_model.gcn import CostModel
 from metatune.encode.graphs import EncodedWorkload, GraphBuilder, iter_batches
+from metatune.learn.config import MAMLConfig, PretrainConfig
 
 Params = dict[str, torch.Tensor]
 Sets = list[EncodedWorkload]
-
-
-class PretrainConfig(BaseModel):
-    """The `pretrain:` section of a training config; unknown keys are typos, so they are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-    epochs: int = Field(30, ge=1)
-    steps_per_epoch: int = Field(40, ge=1)  # an "epoch" is a validation interval, independent of dataset size
-    lr: float = Field(5e-3, gt=0)
-    weight_decay: float = Field(1e-5, ge=0)
-    workloads_per_batch: int = Field(8, ge=1)
-    graphs_per_workload: int = Field(32, ge=2)  # a rank loss needs pairs
-    rank_loss: bool = False  # AutoTVM's pairwise rank loss instead of MSE; must match the model's rank_scores
-    patience: int = Field(5, ge=1)
-
-
-class MAMLConfig(BaseModel):
-    """The `maml:` section of a training config; checkpoints carry it to adapt the same way when tuning."""
-
-    model_config = ConfigDict(extra="forbid")
-    k_support: int = Field(16, ge=2)
-    q_query: int = Field(32, ge=2)
-    tasks_per_batch: int = Field(8, ge=1)
-    inner_lr: float = Field(0.05, gt=0)  # α
-    inner_steps: int = Field(5, ge=1)
-    outer_lr: float = Field(1e-3, gt=0)  # β
-    iterations: int = Field(600, ge=1)
-    first_order: bool = False
-    freeze_embedding: bool = True
-    patience: int = Field(8, ge=1)
-    eval_every: int = Field(25, ge=1)
-
-    @model_validator(mode="after")
-    def _validated_at_least_once(self) -> "MAMLConfig":
-        """Meta-training keeps the weights of its best validation: with fewer iterations than
-        `eval_every` it never validates a meta-trained state, and would silently keep the pretrained weights."""
-        if self.iterations < self.eval_every:
-            raise ValueError(f"iterations ({self.iterations}) must be at least eval_every ({self.eval_every})")
-        return self
 
 
 class EarlyStopping:

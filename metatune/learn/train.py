@@ -23,7 +23,7 @@ from metatune import MetatuneError, __version__
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.cost_model.xgb import new_xgb, record_task
 from metatune.cost_model.xgb_transfer import TransferredXGB
-from metatune.dataset.card import read_card
+from metatune.dataset.card import dataset_card
 from metatune.dataset.store import DatasetStore
 from metatune.encode.graphs import (
     EncodedWorkload,
@@ -38,7 +38,7 @@ from metatune.env.device import DeviceFingerprint
 from metatune.env.processes import process_pool, worker_count
 from metatune.fileio import CARD_FILE, REPO_ROOT, WEIGHTS_FILE, write_atomic
 from metatune.learn.checkpoint import TrainedModel
-from metatune.learn.config import EVAL_METHODS, TrainConfig, load_config, with_evaluation
+from metatune.learn.config import EVAL_METHODS, MAMLConfig, TrainConfig, load_config, with_evaluation
 from metatune.learn.evaluate import (
     EvalResult,
     Method,
@@ -48,7 +48,7 @@ from metatune.learn.evaluate import (
     scratch_trainer,
     xgb_method,
 )
-from metatune.learn.maml import MAMLConfig, TrainLog, meta_train, pretrain
+from metatune.learn.maml import TrainLog, meta_train, pretrain
 from metatune.learn.replay_caches import fill_training_caches
 from metatune.learn.report import write_evaluation
 
@@ -148,7 +148,7 @@ def xgb_methods(config: TrainConfig, data_dir: Path, heldout: list[EncodedWorklo
     wanted = [m for m in only if m in config.evaluation.methods]
     if not wanted:
         return {}
-    target = DeviceFingerprint.from_json(read_card(data_dir)["device"]).tvm_target()
+    target = DeviceFingerprint.from_json(dataset_card(data_dir)["device"]).tvm_target()
     stores = {s.workload.key: s for s in DatasetStore(data_dir, repair=False)}
     echo("extracting held-out candidates")
     with timed(setup_s, f"{'+'.join(wanted)}: held-out candidates"):
@@ -202,7 +202,7 @@ def run_job(job: str, data_dir: str, config_json: dict[str, Any], out: str, echo
     data, run_dir = Path(data_dir), Path(out)
     _, train, valid, heldout = load_splits(data, config)
     log, wall_s, setup_s = TrainLog(), {}, {}
-    extra = {"dataset_id": read_card(data)["dataset_id"]}
+    extra = {"dataset_id": dataset_card(data)["dataset_id"]}
     template = dataset_template(data)
     if job in XGB_METHODS:
         with timed(wall_s, f"{job}: evaluation"):
@@ -262,12 +262,10 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
     per usable core); the card is the same with any number of them."""
 
     config = load_config(config_path)
-    dataset_card = read_card(data_dir)
-    if dataset_card is None:
-        raise MetatuneError(f"{data_dir} is not a dataset (no card.json); build it with `metatune dataset build`")
+    data_card = dataset_card(data_dir)
     torch.set_num_threads(config.threads)
     wall_s: dict[str, float] = {}
-    target = DeviceFingerprint.from_json(dataset_card["device"]).tvm_target()
+    target = DeviceFingerprint.from_json(data_card["device"]).tvm_target()
     with timed(wall_s, "replay: loop graphs and xgb features"):
         fill_training_caches(data_dir, GraphEncoder(dataset_template(data_dir)), target, min_records(config.maml),
                              with_features="xgb-transfer" in config.evaluation.methods, workers=workers, echo=echo)
@@ -291,9 +289,9 @@ def run_train(data_dir: Path, config_path: Path, out: Path, echo: Echo = print,
 
     card = {
         "name": config.name,
-        "device": dataset_card["device"],
+        "device": data_card["device"],
         "template_version": results["main"]["template_version"],
-        "dataset": {"id": dataset_card["dataset_id"], "path": portable_path(data_dir), "spec_hash": dataset_card["spec_hash"],
+        "dataset": {"id": data_card["dataset_id"], "path": portable_path(data_dir), "spec_hash": data_card["spec_hash"],
                     "records": sum(len(w) for w in encoded), "workloads": len(encoded),
                     "train_workloads": len(train), "valid_workloads": len(valid), "heldout_workloads": len(heldout)},
         "train_config": config.model_dump(mode="json"),
@@ -324,9 +322,7 @@ def portable_path(path: Path) -> str:
 
 def _check_same_run_setup(card: dict, run_dir: Path, data_dir: Path, config: TrainConfig) -> None:
     """The table written into a run's card must come from the dataset and config that card names."""
-    dataset = read_card(data_dir)
-    if dataset is None:
-        raise MetatuneError(f"{data_dir} is not a dataset (no {CARD_FILE})")
+    dataset = dataset_card(data_dir)
     trained_on = card["dataset"]["id"]
     if dataset["dataset_id"] != trained_on:
         raise MetatuneError(f"{run_dir} was trained on dataset {trained_on}, {data_dir} is {dataset['dataset_id']}: "

@@ -25,14 +25,14 @@ from typing import Any, Callable
 from metatune import MetatuneError, __version__
 from metatune.cost_model.xgb import new_xgb, record_task
 from metatune.cost_model.xgb_transfer import TransferredXGB
-from metatune.dataset.card import read_card
+from metatune.dataset.card import dataset_card, read_card
 from metatune.dataset.store import DatasetStore
 from metatune.encode.graphs import EncodedWorkload, dataset_template, load_encoded, split_sets
 from metatune.encode.supergraph import GraphEncoder
 from metatune.env.device import DeviceFingerprint
 from metatune.fileio import REPO_ROOT
+from metatune.learn.config import EvalConfig
 from metatune.learn.evaluate import (
-    EvalConfig,
     EvalResult,
     Method,
     evaluate,
@@ -80,9 +80,7 @@ class TransferStudy:
 
     def __post_init__(self) -> None:
         self.finetune_scores: dict[str, float] = {}
-        card = read_card(self.target_data)
-        if card is None:
-            raise MetatuneError(f"{self.target_data} is not a dataset (no card.json)")
+        card = dataset_card(self.target_data)
         self.target_device: str = card["device"]["device_id"]
         self.target_fingerprint = DeviceFingerprint.from_json(card["device"])
         if self.source.device_id == self.target_device:
@@ -159,9 +157,7 @@ class TransferStudy:
             if "xgb" in config.methods:
                 methods["xgb"] = xgb_method(tasks, new_xgb)
             if "xgb-transfer" in config.methods and self.source_data is not None:
-                source_card = read_card(self.source_data)
-                if source_card is None:
-                    raise MetatuneError(f"{self.source_data} is not a dataset (no card.json)")
+                source_card = dataset_card(self.source_data)
                 target = DeviceFingerprint.from_json(source_card["device"]).tvm_target()
                 methods["xgb-transfer"] = xgb_method(tasks, TransferredXGB.from_dataset(self.source_data, target,
                                                                                          echo).fresh)
@@ -238,9 +234,7 @@ def run_study(source_name: str, data: Path, config: EvalConfig, native: str | No
     import torch
 
     torch.set_num_threads(threads)
-    card = read_card(data)
-    if card is None:
-        raise MetatuneError(f"{data} is not a dataset (no card.json); build it with `metatune dataset build`")
+    card = dataset_card(data)
     root = zoo_root if zoo_root is not None else default_zoo_dir()
     source = open_checkpoint(source_name, root)
     wanted = {role for role, given in (("native", native), ("adapted", adapted)) if not given and role in config.methods}

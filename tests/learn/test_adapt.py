@@ -171,7 +171,7 @@ def test_the_candidate_chosen_is_the_best_scored_and_never_one_without_a_score()
 
 def test_the_validation_draws_follow_the_adapt_seed_unless_given():
     from metatune.learn.adapt import AdaptConfig
-    from metatune.learn.evaluate import EvalConfig
+    from metatune.learn.config import EvalConfig
 
     assert AdaptConfig(seed=3).evaluation.seed == 3
     given = EvalConfig(ks=(0, 8), repeats=1, seed=1, methods=CANDIDATES)

@@ -8,8 +8,9 @@ import torch
 from metatune.cost_model.gcn import CostModel, ModelConfig
 from metatune.encode.graphs import EncodedWorkload, FeatureStats, GraphBuilder
 from metatune.encode.supergraph import Template
-from metatune.learn.evaluate import EvalConfig, evaluate, gcn_adapter
-from metatune.learn.maml import MAMLConfig, PretrainConfig, adapt, meta_train, pairwise_rank_loss, pretrain
+from metatune.learn.config import EvalConfig, MAMLConfig, PretrainConfig
+from metatune.learn.evaluate import evaluate, gcn_adapter
+from metatune.learn.maml import adapt, meta_train, pairwise_rank_loss, pretrain
 from metatune.learn.metrics import pairwise_accuracy, peak_score
 
 
