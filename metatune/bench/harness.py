@@ -32,7 +32,7 @@ from metatune.fileio import write_atomic
 from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.check import device_type
 from metatune.measure.reference_timing import MAX_PASSES, check_max_passes
-from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url
+from metatune.measure.runners import RPC_URL_FORM, RunnerSpecError, parse_rpc_url, probe_tracker
 from metatune.tune.strategies import CHECKPOINT_STRATEGIES, STRATEGIES
 from metatune.tune.tuner import check_database_device, measured_latencies, resolve_checkpoint, tune_workload
 
@@ -304,6 +304,8 @@ def check_request(config: BenchConfig) -> None:
         elif checkpoint != "auto":
             resolved[checkpoint] = open_checkpoint(checkpoint).id
     check_resumed_settings(config, resolved)
+    if not local:  # last: every other mistake is told without waiting on the network
+        probe_tracker(parse_rpc_url(config.runner).tracker)
 
 
 def check_resumed_settings(config: BenchConfig, resolved: dict[str, str]) -> None:

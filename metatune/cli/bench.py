@@ -19,6 +19,7 @@ from metatune.cli.common import (
     parse_list,
     stop_cleanly,
 )
+from metatune.tune.strategies import MODEL_STRATEGIES
 
 app = typer.Typer()
 RETIMED_KEPT = "retimed.json of the last finished re-timing"
@@ -176,8 +177,6 @@ def default_strategies(model: Optional[str], target: Optional[str], runner: str,
     whichever machine tuned it; a report takes every run in --out). Over RPC with no --target, the
     servers' device is not known yet: xgb-transfer, which pretrains on its dataset, is left out."""
     if model is not None:
-        from metatune.tune.strategies import MODEL_STRATEGIES
-
         return ",".join(MODEL_STRATEGIES)
     from metatune.bench.harness import SUITE_STRATEGIES
     from metatune.bench.harness import default_strategies as suite_strategies

@@ -6,7 +6,7 @@ import hashlib
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import typer
 
@@ -22,6 +22,9 @@ from metatune.cli.common import (
     write_json,
 )
 from metatune.tune.strategies import ABLATIONS, MODEL_STRATEGIES, check_model_strategy, check_strategy
+
+if TYPE_CHECKING:
+    from metatune.workload.model_source import ModelSource, Shape
 
 STRATEGY_HELP = ("metatune (the zoo model + batch BO over a pool widened by cost-model-guided mutation chains, its GP "
                  "also weighing a prior learnt from the task's own measurements), gradient (the zoo model + gradient "
@@ -126,16 +129,15 @@ def tuning_console(db_dir: Path, verbose: bool, title: str, trials: int) -> Iter
 
 def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str = "local",
                   target: Optional[str] = None) -> None:
-    """Reject bad --trials, --db, --checkpoint, --runner and a local --target this machine cannot run in
-    seconds, before TVM's setup (which takes far longer)."""
-    if runner == "local":
+    """Reject bad --trials, --db, --checkpoint, --runner (or a tracker that does not answer) and a local
+    --target this machine cannot run in seconds, before TVM's setup (which takes far longer)."""
+    from metatune.measure.runners import parse_rpc_url, probe_tracker
+
+    rpc = None if runner == "local" else parse_rpc_url(runner)
+    if rpc is None:
         from metatune.env.device import fingerprint_for_target, require_runnable
 
         require_runnable(fingerprint_for_target(target))
-    else:
-        from metatune.measure.runners import parse_rpc_url
-
-        parse_rpc_url(runner)
     if trials > MAX_TRIALS:
         raise MetatuneError(f"--trials {trials} is more than {MAX_TRIALS}")
     if db is not None:
@@ -144,6 +146,8 @@ def check_options(trials: int, db: Optional[Path], checkpoint: str, runner: str 
         from metatune.learn.named_checkpoint import open_checkpoint
 
         open_checkpoint(checkpoint)
+    if rpc is not None:  # last: every other mistake is told without waiting on the network
+        probe_tracker(rpc.tracker)
 
 
 def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, strategy: str, checkpoint: str,
@@ -157,10 +161,17 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
         raise MetatuneError("--input-shape, --export and --reference-passes go with --model")
     if model is not None:
         check_model_strategy(strategy)
+        from metatune.workload.model_source import ModelSource, parse_shape
+
+        shapes = [parse_shape(text) for text in input_shape or []]
+        source = ModelSource.parse(model, shapes)  # an unknown model or a missing file: refused before TVM is imported
+        from metatune.tune.model_tuner import check_model_target
+
+        check_model_target(target, runner)
         check_options(trials, db, checkpoint, runner, target)
         check_json_out(json_out)
-        run_tune_model(model, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out, target,
-                       verbose, input_shape or [], export, reference_passes)
+        run_tune_model(source, shapes, trials, strategy, checkpoint, db, runner, trials_per_iter, seed, json_out,
+                       target, verbose, export, reference_passes)
         return
     from metatune.workload.operators import resolve_workload
 
@@ -194,19 +205,16 @@ def run_tune(workload_text: Optional[str], model: Optional[str], trials: int, st
         raise typer.Exit(1)
 
 
-def run_tune_model(model: str, trials: int, strategy: str, checkpoint: str, db: Optional[Path], runner: str,
-                   trials_per_iter: int, seed: int, json_out: Optional[Path], target: Optional[str] = None,
-                   verbose: bool = False, input_shape: list[str] | None = None,
-                   export: Optional[Path] = None, reference_passes: Optional[int] = None) -> None:
-    """`--model SPEC`: every task of the network shares the `--trials` budget."""
+def run_tune_model(source: ModelSource, shapes: list[Shape], trials: int, strategy: str, checkpoint: str,
+                   db: Optional[Path], runner: str, trials_per_iter: int, seed: int, json_out: Optional[Path],
+                   target: Optional[str] = None, verbose: bool = False, export: Optional[Path] = None,
+                   reference_passes: Optional[int] = None) -> None:
+    """`--model SPEC` (parsed into `source`, with its `--input-shape`s): every task of the network shares
+    the `--trials` budget."""
     from metatune.measure.reference_timing import check_max_passes
-    from metatune.tune.model_tuner import check_model_target, check_request, tune_model
-    from metatune.workload.model_source import parse_shape
+    from metatune.tune.model_tuner import tune_model
     from metatune.workload.relax_tasks import import_model
 
-    shapes = [parse_shape(text) for text in input_shape or []]
-    source = check_request(model, shapes, strategy)
-    check_model_target(target, runner)
     passes = REFERENCE_PASSES if reference_passes is None else reference_passes
     check_max_passes(passes)
     if export is not None and not export.parent.is_dir():

@@ -143,8 +143,9 @@ def parse_rpc_url(url: str) -> RpcSpec:
 # -- tracker -----------------------------------------------------------------------------------
 
 
-def _probe_tracker(addr: TrackerAddress) -> None:
-    """Fail in seconds, with a clear message, if nothing answers like a tracker at `addr`."""
+def probe_tracker(addr: TrackerAddress) -> None:
+    """Fail in seconds, with a clear message, if nothing answers like a tracker at `addr` (the commands
+    ask before their run folder and logs are set up)."""
     try:
         with socket.create_connection((addr.host, addr.port), timeout=CONNECT_TIMEOUT_S) as sock:
             sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
@@ -161,7 +162,7 @@ def _probe_tracker(addr: TrackerAddress) -> None:
 def connect_tracker(addr: TrackerAddress) -> "TrackerSession":
     from tvm import rpc
 
-    _probe_tracker(addr)
+    probe_tracker(addr)
     try:
         return rpc.connect_tracker(addr.host, addr.port)
     except (OSError, RuntimeError) as err:

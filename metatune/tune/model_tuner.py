@@ -113,13 +113,6 @@ def check_model_target(target: str | None, runner: str = "local") -> None:
                             "tune its operators one by one with --workload")
 
 
-def check_request(model: str, input_shapes: list[Shape], strategy: str) -> ModelSource:
-    """The parsed --model SPEC, or a one-line error for an unknown model, a missing file or an
-    unknown strategy (cheap: neither TVM nor the model is loaded)."""
-    check_model_strategy(strategy)
-    return ModelSource.parse(model, input_shapes)
-
-
 def _deployed_us(lines: list[tuple[Any, Any]]) -> float | None:
     """The latency of the kernel the model's build takes for a task (TVM's rule: lowest mean time)."""
     deployed = best_so_far(lines, [len(lines)])

@@ -70,24 +70,34 @@ def test_tune_help_names_every_strategy():
 
 
 # the command run in this process, then its exit status and whether TVM or PyTorch had been imported
+SHIPPED_DATASET = Path(__file__).resolve().parents[2] / "datasets" / "x86_64-sapphirerapids-2c"
 IMPORTS_ON_EXIT = """import runpy, sys
 sys.argv = ["metatune", *sys.argv[1:]]
 try:
     runpy.run_module("metatune", run_name="__main__")
 except SystemExit as stop:
-    print(stop.code, any(m in sys.modules for m in ("tvm", "torch")))
+    print(stop.code, ",".join(m for m in ("tvm", "torch") if m in sys.modules) or "-")
 """
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["tune", "--workload", "C99"], "unknown workload 'C99'"),
-    (["tune", "--workload", "C6", "--strategy", "bogus"], "unknown strategy 'bogus'"),
-    (["tune", "--model", "resnet18", "--strategy", "gradient"], "strategy 'gradient' is not available for --model"),
+@pytest.mark.parametrize("args, fragment, imported", [
+    (["tune", "--workload", "C99"], "unknown workload 'C99'", "-"),
+    (["tune", "--workload", "C6", "--strategy", "bogus"], "unknown strategy 'bogus'", "-"),
+    (["tune", "--model", "resnet18", "--strategy", "gradient"], "strategy 'gradient' is not available for --model", "-"),
+    # the model registry's networks are PyTorch modules
+    (["tune", "--model", "resnet81"], "unknown model 'resnet81'", "torch"),
+    (["tune", "--model", "missing.onnx"], "missing.onnx", "torch"),
+    (["train", "--data", "no-such-dataset", "--config", "x.yaml", "--out", "run"], "no-such-dataset is not a dataset",
+     "-"),
+    (["train", "--data", str(SHIPPED_DATASET), "--config", "no-such.yaml", "--out", "run"],
+     "training config not found: no-such.yaml", "-"),
+    (["evaluate", "--data", "no-such-dataset", "--run", "run"], "no-such-dataset is not a dataset", "-"),
+    (["learning-curve", "--data", "no-such-dataset", "--config", "x.yaml"], "no-such-dataset is not a dataset", "-"),
 ])
-def test_a_mistyped_workload_or_strategy_is_refused_before_tvm_is_imported(args, fragment):
-    """Seconds of imports saved on the most common mistake."""
+def test_a_mistyped_name_or_path_is_refused_before_tvm_is_imported(args, fragment, imported):
+    """Seconds of imports saved on the most common mistakes."""
     out = subprocess.run([sys.executable, "-c", IMPORTS_ON_EXIT, *args], capture_output=True, text=True, timeout=300)
-    assert out.stdout.split() == ["2", "False"] and fragment in out.stderr, out.stderr
+    assert out.stdout.split() == ["2", imported] and fragment in out.stderr, out.stderr
 
 
 def test_device_json():

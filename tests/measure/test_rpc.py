@@ -122,6 +122,15 @@ def test_unreachable_tracker_fails_fast():
     assert time.monotonic() - start < 10
 
 
+def test_tune_with_an_unreachable_tracker_stops_before_its_run_folder(tmp_path):
+    """One line, exit 2: no database folder made, no logs line printed before the error."""
+    db = tmp_path / "db"
+    out = run_metatune(["tune", "--workload", "dense:m=16,n=16,k=16", "--runner",
+                        f"rpc://127.0.0.1:{free_port()}/cpu", "--db", str(db)], timeout=120)
+    assert out.returncode == 2 and "cannot reach the RPC tracker" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not db.exists()
+
+
 def test_bad_runner_on_the_cli_is_one_line_exit_2(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
@@ -323,10 +332,10 @@ def cluster(tmp_path):
 
 
 def _reachable(tracker: TrackerAddress) -> bool:
-    from metatune.measure.runners import _probe_tracker
+    from metatune.measure.runners import probe_tracker
 
     try:
-        _probe_tracker(tracker)
+        probe_tracker(tracker)
         return True
     except MetatuneError:
         return False
