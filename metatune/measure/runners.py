@@ -144,8 +144,8 @@ def parse_rpc_url(url: str) -> RpcSpec:
 
 
 def probe_tracker(addr: TrackerAddress) -> None:
-    """Fail in seconds, with a clear message, if nothing answers like a tracker at `addr` (the commands
-    ask before their run folder and logs are set up)."""
+    """Fail in seconds, with a clear message, if nothing answers like a tracker at `addr` (`tune` and
+    `bench` ask it while checking their request, before anything is measured)."""
     try:
         with socket.create_connection((addr.host, addr.port), timeout=CONNECT_TIMEOUT_S) as sock:
             sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
