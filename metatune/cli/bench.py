@@ -269,7 +269,7 @@ def run_bench_command(suite: str, budgets: str | None, strategies: str, repeats:
     """Every workload of `suite` with every strategy; the report is rewritten after each run, so partial
     results are readable and a re-run resumes."""
     from metatune.bench.failures import FAILURES_FILE, RunFailure
-    from metatune.bench.harness import BenchConfig, run_bench
+    from metatune.bench.harness import BenchConfig, check_request, run_bench
     from metatune.bench.report import CURVES_FILE, RESULTS_FILE, TABLE_FILE, write_report
 
     config = BenchConfig(suite=suite, budgets=report_budgets(budgets, out) if report_only else tuning_budgets(budgets),
@@ -281,6 +281,7 @@ def run_bench_command(suite: str, budgets: str | None, strategies: str, repeats:
     if not report_only:
         from metatune.bench.suites import load_suite
 
+        check_request(config)  # before the console writes its log into out (run_bench's own check is then cached)
         total = len(load_suite(suite)) * len(config.strategies) * repeats * config.max_trials
         with bench_console(out, f"bench {suite}", total) as progress:
             failed = run_bench(config, progress, echo=lambda m: typer.echo(m, err=True),

@@ -6,6 +6,7 @@ import csv
 import functools
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -780,12 +781,24 @@ def test_xgb_transfer_over_rpc_needs_the_servers_target(tmp_path):
         check_request(config)
 
 
-def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path):
-    """A checkpoint that does not exist would fail every run alike: one line, exit 2, nothing recorded."""
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--checkpoint", "{tmp}/none"), "neither a file or directory nor a zoo checkpoint"),
+    (("--runner", "rpc://127.0.0.1:{port}/cpu"), "cannot reach the RPC tracker"),
+])
+def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path, args, fragment):
+    """A checkpoint that does not exist or a tracker that does not answer would fail every run alike: one line,
+    exit 2, nothing written into --out (not even its logs folder)."""
     suite = tmp_path / "suite.yaml"
     suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n- {name: other, workload: 'dense:m=32,n=64,k=32'}\n")
     out = tmp_path / "out"
-    proc = run_cli("bench", "--suite", str(suite), "--strategies", "metatune", "--checkpoint", str(tmp_path / "none"),
-                   "--budgets", "2", "--no-references", "--out", str(out))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert not (out / "failures.json").exists()
+    args = [a.format(tmp=tmp_path, port=_closed_port()) for a in args]
+    proc = run_cli("bench", "--suite", str(suite), "--strategies", "metatune", *args, "--budgets", "2",
+                   "--no-references", "--out", str(out))
+    assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
