@@ -105,6 +105,10 @@ def bench(
                 measuring_options={"--runner": runner != "local",
                                    "--target": target is not None})
     check_output_dir(out, "--out")
+    if model is None and not report_only:
+        from metatune.bench.suites import load_suite
+
+        load_suite(suite)  # a mistyped suite: refused before TVM is imported
     if runner != "local" and (retime or references_only):
         raise MetatuneError(f"--{'retime' if retime else 'references-only'} times on this machine; it takes no "
                             f"--runner (got {runner})")

@@ -25,6 +25,10 @@ def run_library(
 ) -> None:
     """Run an exported model on random inputs in this process (CPU, TVM's thread pool) and report
     its median latency: what a deployment would load, without metatune's tuner."""
+    if not library.is_file():  # told before TVM is imported
+        raise MetatuneError(f"{library} is a folder; give the exported library (LIBRARY.so)" if library.is_dir()
+                            else f"no such file {library}")
+    check_json_out(json_out, dash_prints=True)
     import numpy as np
 
     from metatune.env.device import usable_cores
@@ -32,7 +36,6 @@ def run_library(
     from metatune.tune.model_runtime import load_library
     from metatune.workload.model_source import InputSpec, parse_shape
 
-    check_json_out(json_out, dash_prints=True)
     threads = use_threads(usable_cores())  # before TVM's runtime starts its thread pool
     compiled, inputs = load_library(library)
     if input_shape:

@@ -108,13 +108,11 @@ def export_library(executable: Any, inputs: list[InputSpec], path: Path, about: 
 
 
 def load_library(path: Path) -> tuple[CompiledModel, list[InputSpec]]:
-    """An exported model and the inputs written next to it (an empty list when that file is gone)."""
+    """An exported model (an existing file: `metatune run` checks before TVM is imported) and the inputs
+    written next to it (an empty list when that file is gone)."""
     import tvm
 
     path = Path(path)
-    if not path.is_file():
-        raise MetatuneError(f"{path} is a folder; give the exported library (LIBRARY.so)" if path.is_dir()
-                            else f"no such file {path}")
     try:
         with without_vm_scope_logs():
             compiled = CompiledModel(tvm.runtime.load_module(str(path)))

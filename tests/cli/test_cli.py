@@ -93,6 +93,8 @@ except SystemExit as stop:
      "training config not found: no-such.yaml", "-"),
     (["evaluate", "--data", "no-such-dataset", "--run", "run"], "no-such-dataset is not a dataset", "-"),
     (["learning-curve", "--data", "no-such-dataset", "--config", "x.yaml"], "no-such-dataset is not a dataset", "-"),
+    (["bench", "--suite", "resnet81"], "unknown suite 'resnet81'", "-"),
+    (["run", "no-such-model.so"], "no such file no-such-model.so", "-"),
 ])
 def test_a_mistyped_name_or_path_is_refused_before_tvm_is_imported(args, fragment, imported):
     """Seconds of imports saved on the most common mistakes."""
