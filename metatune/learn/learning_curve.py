@@ -29,8 +29,7 @@ from metatune.encode.supergraph import Template
 from metatune.fileio import write_atomic
 from metatune.learn.adapt import AdaptConfig
 from metatune.learn.checkpoint import TrainedModel
-from metatune.learn.config import TrainConfig, load_config
-from metatune.learn.config import PretrainConfig
+from metatune.learn.config import PretrainConfig, TrainConfig, load_config
 from metatune.learn.maml import predict_all, pretrain
 from metatune.learn.named_checkpoint import NamedCheckpoint
 from metatune.learn.metrics import median_defined, pairwise_accuracy
