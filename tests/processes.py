@@ -9,6 +9,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -227,3 +228,10 @@ def tvm_workers() -> set[int]:
 def json_lines(path: Path) -> list:
     """Every line of a JSON-lines file, parsed (fails on a line that is not JSON)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (for a tracker that is not there, or one about to start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

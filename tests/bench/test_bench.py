@@ -6,7 +6,6 @@ import csv
 import functools
 import json
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from metatune.learn.named_checkpoint import open_checkpoint
 from metatune.measure.reference_timing import PASSES
 from metatune.tune.tuner import DEVICE_FILE
 from metatune.zoo.resolution import resolve
-from tests.processes import run_metatune
+from tests.processes import free_port, run_metatune
 
 SHIPPED = REPO_ROOT / "datasets" / "x86_64-sapphirerapids-2c"
 NAMED = "metatune@x86_64-sapphirerapids-2c/v5"  # a strategy with its own checkpoint, beside the default's
@@ -781,12 +780,6 @@ def test_xgb_transfer_over_rpc_needs_the_servers_target(tmp_path):
         check_request(config)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("args, fragment", [
     (("--checkpoint", "{tmp}/none"), "neither a file or directory nor a zoo checkpoint"),
     (("--runner", "rpc://127.0.0.1:{port}/cpu"), "cannot reach the RPC tracker"),
@@ -797,7 +790,7 @@ def test_an_error_in_the_request_ends_the_bench_at_once(tmp_path, args, fragment
     suite = tmp_path / "suite.yaml"
     suite.write_text("- {name: tiny, workload: 'dense:m=32,n=32,k=32'}\n- {name: other, workload: 'dense:m=32,n=64,k=32'}\n")
     out = tmp_path / "out"
-    args = [a.format(tmp=tmp_path, port=_closed_port()) for a in args]
+    args = [a.format(tmp=tmp_path, port=free_port()) for a in args]
     proc = run_cli("bench", "--suite", str(suite), "--strategies", "metatune", *args, "--budgets", "2",
                    "--no-references", "--out", str(out))
     assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr[-3000:]

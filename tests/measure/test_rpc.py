@@ -7,7 +7,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from metatune.measure.runners import (
     parse_tracker,
     server_lost,
 )
-from tests.processes import run_metatune
+from tests.processes import free_port, run_metatune
 
 SPEC = """
 name: rpc-tiny
@@ -255,12 +254,6 @@ def test_no_server_left_stops_the_run_with_a_clear_error(monkeypatch):
 
 
 # -- a real tracker and servers on loopback -----------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:
